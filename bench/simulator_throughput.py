@@ -1,0 +1,132 @@
+"""Simulator throughput and peak memory: jobs simulated per second of wall time, single core.
+
+    .venv/bin/python bench/simulator_throughput.py            # all workloads x all policies
+    .venv/bin/python bench/simulator_throughput.py --quick    # embedded workload only
+
+Each (workload, policy) runs in a fresh process pinned to one core, so the peak RSS it reports is
+that run's own (trace load + bind + simulation), and no run warms another's caches. Whole traces
+are simulated with the default configuration (EASY backfill, best-fit, noisy estimates). Targets
+(issue "Core"): >= 20,000 jobs/s with EASY backfill; peak memory for the whole Philly subset < 1 GiB.
+Prints a table and writes bench/results/simulator_throughput.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORKLOADS = ["philly", "openb-gpuspec33", "rltune-synthetic", "embedded"]
+POLICIES = ["fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor"]
+TARGET_JOBS_PER_S = 20_000
+TARGET_PEAK_MIB = 1024
+
+
+def _run_one(workload: str, policy: str, backfill: str, queue: mp.Queue) -> None:  # type: ignore[type-arg]
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    from shared.policies import make_policy
+    from shared.sim.config import SimConfig
+    from shared.sim.evaluate import prepare_workload
+    from shared.sim.simulator import Simulator
+
+    work = prepare_workload(None if workload == "embedded" else workload, None, n_jobs=20_000, seed=0)
+    sim = Simulator(work.bound, make_policy(policy), SimConfig(backfill=backfill))  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    result = sim.run()
+    wall = time.perf_counter() - t0
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    queue.put(
+        {
+            "workload": workload,
+            "policy": policy,
+            "backfill": backfill,
+            "jobs": len(work.bound.jobs),
+            "wall_s": wall,
+            "jobs_per_s": len(work.bound.jobs) / wall,
+            "cycles": result.cycles,
+            "max_queue": int(result.timeline_queued.max()) if len(result.timeline_queued) else 0,
+            "peak_rss_mib": peak_kib / 1024,
+        }
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="embedded workload only")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--backfill", default="easy")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "simulator_throughput.json"))
+    args = ap.parse_args()
+    workloads = ["embedded"] if args.quick else args.workloads.split(",")
+    policies = args.policies.split(",")
+    console = Console()
+    ctx = mp.get_context("spawn")
+    rows = []
+    with console.status("") as status:
+        for wl in workloads:
+            for pol in policies:
+                status.update(f"simulating {wl} with {pol}")
+                q = ctx.Queue()
+                p = ctx.Process(target=_run_one, args=(wl, pol, args.backfill, q))
+                p.start()
+                row = q.get()
+                p.join()
+                rows.append(row)
+                console.print(f"{wl:18s} {pol:12s} {row['jobs_per_s']:>10,.0f} jobs/s")
+    table = Table(title=f"Simulator throughput, single core, backfill={args.backfill}, best-fit")
+    for col in ("workload", "policy", "jobs", "wall s", "jobs/s", "target", "max queue", "peak RSS MiB"):
+        table.add_column(col, justify="right" if col not in ("workload", "policy") else "left")
+    for r in rows:
+        ok = r["jobs_per_s"] >= TARGET_JOBS_PER_S
+        table.add_row(
+            r["workload"],
+            r["policy"],
+            f"{r['jobs']:,}",
+            f"{r['wall_s']:.2f}",
+            f"{r['jobs_per_s']:,.0f}",
+            "[green]met[/]" if ok else "[red]missed[/]",
+            f"{r['max_queue']:,}",
+            f"{r['peak_rss_mib']:.0f}",
+        )
+    console.print(table)
+    philly = [r for r in rows if r["workload"] == "philly"]
+    summary = {
+        "target_jobs_per_s": TARGET_JOBS_PER_S,
+        "target_peak_mib_philly": TARGET_PEAK_MIB,
+        "philly_peak_rss_mib": max((r["peak_rss_mib"] for r in philly), default=None),
+        "min_jobs_per_s": min(r["jobs_per_s"] for r in rows),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "python": platform.python_version(),
+                "rows": rows,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
+    console.print(summary)
+    console.print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

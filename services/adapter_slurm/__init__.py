@@ -1,0 +1,1 @@
+"""Hylo adapter_slurm service (built in its own issue)."""

@@ -1,0 +1,1 @@
+"""Hylo featurizer service (built in its own issue)."""

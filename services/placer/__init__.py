@@ -1,0 +1,1 @@
+"""Hylo placer service (built in its own issue)."""

@@ -1,0 +1,1 @@
+"""Hylo prioritizer service (built in its own issue)."""

@@ -1,0 +1,1 @@
+"""Hylo trainer service (built in its own issue)."""

@@ -1,0 +1,1 @@
+"""The ``hylo`` command line (Typer)."""

@@ -1,0 +1,29 @@
+"""``hylo``: the command-line entry point. Each command lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from shared.cli.simulate import simulate_command
+
+app = typer.Typer(
+    name="hylo",
+    help="Hylo: learned prioritizer + optimizing placer for heterogeneous GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("simulate")(simulate_command)
+
+
+@app.callback()
+def _root() -> None:
+    """Hylo command line."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""``hylo simulate``: compare scheduling policies on a trace or the embedded workload."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shared.domain.cluster import SpecError
+from shared.metrics import PolicyComparison, chronological_split, make_windows
+from shared.policies import POLICY_NAMES
+from shared.sim.config import SimConfig
+from shared.sim.evaluate import PreparedWorkload, evaluate_policies, prepare_workload
+
+DEFAULT_POLICIES = "fcfs,sjf,wfp3,unicep,f1,multifactor"
+console = Console()
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+def _load(
+    trace: str | None, cluster: str | None, jobs: int, seed: int, estimates: str, node_slack: int
+) -> PreparedWorkload:
+    from shared.traces import TraceFormatError, TraceNotFoundError
+
+    try:
+        return prepare_workload(
+            trace, cluster, n_jobs=jobs, seed=seed, estimates=estimates, node_slack=node_slack
+        )
+    except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
+        raise _fail(str(err)) from None
+
+
+def simulate_command(
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            help="trace name (philly, openb, openb-gpuspec33, rltune-synthetic, hpc2n, slurm-256) "
+            "or path; default: the embedded synthetic workload"
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="cluster preset or spec file (default: the trace's)")
+    ] = None,
+    policies: Annotated[
+        str, typer.Option(help=f"comma-separated, from {', '.join(POLICY_NAMES)}")
+    ] = DEFAULT_POLICIES,
+    placement: Annotated[str, typer.Option(help="first-fit | best-fit")] = "best-fit",
+    backfill: Annotated[str, typer.Option(help="easy | greedy | none")] = "easy",
+    max_reservations: Annotated[int, typer.Option(help="EASY reservations, 0 = one per pool")] = 0,
+    estimates: Annotated[
+        str, typer.Option(help="runtime estimates where the trace has none: noisy | history | oracle | trace")
+    ] = "noisy",
+    windows: Annotated[int, typer.Option(help="number of evaluation windows")] = 20,
+    window_size: Annotated[int, typer.Option(help="jobs per window")] = 500,
+    warmup: Annotated[
+        int | None,
+        typer.Option(help="simulate each window alone after this many warm-up jobs (default: one run)"),
+    ] = None,
+    split: Annotated[str, typer.Option(help="windows from: all | test (last 10%, chronological)")] = "all",
+    jobs: Annotated[int, typer.Option(help="jobs of the embedded workload")] = 20_000,
+    seed: Annotated[int, typer.Option(help="seed for the workload, estimates and window choice")] = 0,
+    node_slack: Annotated[int, typer.Option(help="extra nodes a gang may span")] = 0,
+    paper: Annotated[
+        bool,
+        typer.Option(
+            help="the RLTune paper's setting: no backfill, oracle runtimes, first-fit, cold windows"
+        ),
+    ] = False,
+    baseline: Annotated[
+        str | None, typer.Option(help="policy the others are compared to (default: first)")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="folder for the JSON report and the PNG plots")] = Path(
+        "hylo-out"
+    ),
+    plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
+) -> None:
+    """Simulate base policies on the same windows and print a policy x metric table with 95% CIs."""
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICY_NAMES]
+    if unknown or not names:
+        raise _fail(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
+    if backfill not in ("easy", "greedy", "none"):
+        raise _fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
+    if split not in ("all", "test"):
+        raise _fail(f"--split must be all or test, not {split!r}")
+    if paper:
+        config = SimConfig.paper()
+        warmup = 0 if warmup is None else warmup
+    else:
+        try:
+            config = SimConfig(
+                backfill=backfill,
+                placement=placement,
+                oracle_runtimes=estimates == "oracle",
+                max_reservations=max_reservations,
+                node_slack=node_slack,
+            )
+        except ValueError as err:
+            raise _fail(str(err)) from None
+        if placement not in ("first-fit", "best-fit"):
+            raise _fail(f"--placement must be first-fit or best-fit, not {placement!r}")
+
+    t0 = time.perf_counter()
+    with console.status("loading workload"):
+        work = _load(trace, cluster, jobs, seed, estimates, node_slack)
+    spec = work.spec
+    console.print(
+        f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
+        f"({spec.total_nodes:,} nodes, {spec.total_gpus:,} GPUs): "
+        f"{len(work.bound.jobs):,} jobs, loaded in {time.perf_counter() - t0:.1f}s"
+    )
+    for e in work.exclusions:
+        console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
+
+    n = len(work.bound.jobs)
+    _, test = chronological_split(n, 0.9)
+    pool = test if split == "test" else range(0, n)
+    try:
+        chosen = make_windows(pool, window_size, windows, seed=seed)
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    console.print(
+        f"{len(chosen)} windows of {window_size} jobs from {split} jobs; backfill={config.backfill}, "
+        f"placement={config.placement}, estimates={'oracle' if config.oracle_runtimes else estimates}, "
+        f"warm-up={'one continuous run' if warmup is None else f'{warmup} jobs per window'}"
+    )
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        tasks = {p: progress.add_task(f"{p:12s}", total=len(chosen)) for p in names}
+        per_policy, runs = evaluate_policies(
+            work,
+            names,
+            config,
+            chosen,
+            warmup=warmup,
+            progress=lambda p, k: progress.update(tasks[p], completed=k),
+        )
+
+    comparison = PolicyComparison(
+        per_policy, baseline=baseline or names[0], seed=seed, title=f"{work.name} on {spec.name}"
+    )
+    console.print(comparison.table(compact=True))
+    out.mkdir(parents=True, exist_ok=True)
+    report = comparison.to_dict()
+    report["setup"] = {
+        "workload": work.name,
+        "cluster": spec.name,
+        "jobs": n,
+        "excluded": [{"reason": e.reason, "count": e.count} for e in work.exclusions],
+        "config": config.model_dump(),
+        "estimates": estimates,
+        "windows": [w.label for w in chosen],
+        "warmup": warmup,
+        "split": split,
+        "seed": seed,
+        "sim_seconds": {p: sum(r.wall_seconds for r in rs) for p, rs in runs.items()},
+    }
+    path = out / "simulate.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"wrote {path}")
+    if plots:
+        for p in comparison.plot(out):
+            console.print(f"wrote {p}")

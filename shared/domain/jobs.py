@@ -1,0 +1,221 @@
+"""Jobs as a struct of numpy arrays.
+
+Why arrays and not one object per job: the simulator, the policies and the featurizer all work on
+the whole queue at once (vectorized keys, masks, features). A ``JobTable`` keeps every field of
+every job in one contiguous array, so selecting the queued jobs is one fancy-index and computing a
+policy key over 10,000 queued jobs costs microseconds, not milliseconds.
+
+Units, everywhere in Hylo:
+- times in seconds (float64), submit times rebased so that the trace starts at 0
+  (``TraceMeta.origin`` keeps the original epoch or offset);
+- GPUs as a whole count (``gpus``) plus a per-GPU share in milli-GPUs (``gpu_milli``: 1000 means
+  whole GPUs, 1..999 a fraction of one shared GPU; only ``gpus == 1`` may be fractional);
+- CPUs in milli-cores and memory in MiB (int64); ``-1`` means "not given", to be filled from the
+  cluster's per-GPU defaults when the job is bound to a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+WHOLE_GPU_MILLI = 1000
+UNKNOWN = -1
+
+# Field name -> numpy dtype, in a fixed order. The single source of truth for what a job holds.
+NUMERIC_FIELDS: dict[str, type[np.generic]] = {
+    "submit": np.float64,  # seconds since trace start
+    "runtime": np.float64,  # true runtime, seconds (what the simulator uses to end a job)
+    "estimate": np.float64,  # requested runtime / user estimate, seconds; NaN = not given
+    "gpus": np.int64,  # whole GPUs requested (1 for a fractional job)
+    "gpu_milli": np.int64,  # per-GPU share in milli-GPUs, 1000 = whole GPU
+    "type_set": np.int64,  # index into JobTable.type_sets (allowed GPU types)
+    "cpus_milli": np.int64,  # requested CPUs in milli-cores, -1 = not given
+    "mem_mib": np.int64,  # requested memory in MiB, -1 = not given
+    "user": np.int64,  # index into JobTable.users
+    "vc": np.int64,  # virtual cluster / partition, index into JobTable.vcs
+    "qos": np.int64,  # index into JobTable.qoses
+}
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Where a table of jobs came from, so a result can always be traced back to its input."""
+
+    name: str
+    source: str = ""
+    origin: float = 0.0  # original timestamp of t = 0 (epoch seconds or the trace's own origin)
+    has_estimates: bool = False  # True when the trace carries user runtime estimates
+    sha256: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class JobTable:
+    """All jobs of a trace or workload, one array per field, sorted by submit time.
+
+    ``type_sets[k]`` is the tuple of GPU types allowed for jobs with ``type_set == k``; the empty
+    tuple means "any GPU type". Code tables (``users``, ``vcs``, ``qoses``) map the integer codes
+    back to the names that appeared in the trace.
+    """
+
+    ids: npt.NDArray[np.str_]
+    submit: FloatArray
+    runtime: FloatArray
+    estimate: FloatArray
+    gpus: IntArray
+    gpu_milli: IntArray
+    type_set: IntArray
+    cpus_milli: IntArray
+    mem_mib: IntArray
+    user: IntArray
+    vc: IntArray
+    qos: IntArray
+    type_sets: list[tuple[str, ...]] = field(default_factory=lambda: [()])
+    users: list[str] = field(default_factory=lambda: ["default"])
+    vcs: list[str] = field(default_factory=lambda: ["default"])
+    qoses: list[str] = field(default_factory=lambda: ["normal"])
+    meta: TraceMeta = field(default_factory=lambda: TraceMeta(name="unnamed"))
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        for name in NUMERIC_FIELDS:
+            arr = getattr(self, name)
+            if len(arr) != n:
+                raise ValueError(f"JobTable field {name!r} has {len(arr)} values, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def gpu_demand(self) -> FloatArray:
+        """GPUs used while running, counting a fractional share as its fraction."""
+        return self.gpus * (self.gpu_milli / WHOLE_GPU_MILLI)
+
+    def take(self, index: npt.ArrayLike) -> JobTable:
+        """A new table holding the selected rows (code tables are shared, not copied)."""
+        idx = np.asarray(index)
+        fields: dict[str, Any] = {name: getattr(self, name)[idx] for name in NUMERIC_FIELDS}
+        return replace(self, ids=self.ids[idx], **fields)
+
+    def with_fields(self, **arrays: npt.NDArray[Any]) -> JobTable:
+        """A copy with some numeric fields replaced (for example estimates filled in)."""
+        unknown = set(arrays) - set(NUMERIC_FIELDS)
+        if unknown:
+            raise KeyError(f"unknown JobTable fields: {sorted(unknown)}")
+        fields: dict[str, Any] = dict(arrays)
+        return replace(self, **fields)
+
+    def sorted_by_submit(self) -> JobTable:
+        """Stable sort by submit time: the order every simulator and window relies on."""
+        order = np.argsort(self.submit, kind="stable")
+        if np.all(order == np.arange(len(order))):
+            return self
+        return self.take(order)
+
+    def rebased(self) -> tuple[JobTable, float]:
+        """Shift submit times so that the first job arrives at t = 0; returns (table, offset)."""
+        if len(self) == 0:
+            return self, 0.0
+        offset = float(self.submit.min())
+        return self.with_fields(submit=self.submit - offset), offset
+
+    def type_names(self, k: int) -> tuple[str, ...]:
+        return self.type_sets[k]
+
+
+def empty_table(meta: TraceMeta | None = None) -> JobTable:
+    """A table with no jobs, useful as a neutral element in tests and filters."""
+    arrays: dict[str, Any] = {name: np.zeros(0, dtype=dt) for name, dt in NUMERIC_FIELDS.items()}
+    return JobTable(ids=np.zeros(0, dtype=np.str_), meta=meta or TraceMeta(name="empty"), **arrays)
+
+
+class CodeBook:
+    """Interns strings (users, VCs, QOS names, GPU-type sets) into dense integer codes."""
+
+    def __init__(self, first: str | None = None) -> None:
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+        if first is not None:
+            self.code(first)
+
+    def code(self, name: str) -> int:
+        k = self._index.get(name)
+        if k is None:
+            k = len(self.names)
+            self._index[name] = k
+            self.names.append(name)
+        return k
+
+
+class TypeSetBook:
+    """Interns allowed-GPU-type sets; code 0 is always "any type"."""
+
+    def __init__(self) -> None:
+        self.sets: list[tuple[str, ...]] = [()]
+        self._index: dict[tuple[str, ...], int] = {(): 0}
+
+    def code(self, types: tuple[str, ...] | list[str] | set[str]) -> int:
+        key = tuple(sorted(set(types)))
+        k = self._index.get(key)
+        if k is None:
+            k = len(self.sets)
+            self._index[key] = k
+            self.sets.append(key)
+        return k
+
+
+def build_table(
+    *,
+    ids: list[str],
+    submit: list[float],
+    runtime: list[float],
+    estimate: list[float] | None = None,
+    gpus: list[int],
+    gpu_milli: list[int] | None = None,
+    type_set: list[int] | None = None,
+    cpus_milli: list[int] | None = None,
+    mem_mib: list[int] | None = None,
+    user: list[int] | None = None,
+    vc: list[int] | None = None,
+    qos: list[int] | None = None,
+    type_sets: list[tuple[str, ...]] | None = None,
+    users: list[str] | None = None,
+    vcs: list[str] | None = None,
+    qoses: list[str] | None = None,
+    meta: TraceMeta | None = None,
+) -> JobTable:
+    """Build a submit-sorted JobTable from plain lists; omitted fields take neutral defaults."""
+    n = len(ids)
+
+    def arr(values: list[Any] | None, dtype: type[np.generic], default: float) -> npt.NDArray[Any]:
+        if values is None:
+            return np.full(n, default, dtype=dtype)
+        return np.asarray(values, dtype=dtype)
+
+    table = JobTable(
+        ids=np.asarray(ids, dtype=np.str_),
+        submit=arr(submit, np.float64, 0.0),
+        runtime=arr(runtime, np.float64, 0.0),
+        estimate=arr(estimate, np.float64, np.nan),
+        gpus=arr(gpus, np.int64, 0),
+        gpu_milli=arr(gpu_milli, np.int64, WHOLE_GPU_MILLI),
+        type_set=arr(type_set, np.int64, 0),
+        cpus_milli=arr(cpus_milli, np.int64, UNKNOWN),
+        mem_mib=arr(mem_mib, np.int64, UNKNOWN),
+        user=arr(user, np.int64, 0),
+        vc=arr(vc, np.int64, 0),
+        qos=arr(qos, np.int64, 0),
+        type_sets=type_sets if type_sets is not None else [()],
+        users=users if users is not None else ["default"],
+        vcs=vcs if vcs is not None else ["default"],
+        qoses=qoses if qoses is not None else ["normal"],
+        meta=meta or TraceMeta(name="jobs"),
+    )
+    return table.sorted_by_submit()

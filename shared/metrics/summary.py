@@ -1,0 +1,186 @@
+"""One evaluation window of one simulation boiled down to a JSON-serializable summary.
+
+Why a pydantic model: window summaries are written to disk by the evaluation runs and read back by
+the report, possibly by another process; the model validates them on the way in and serializes
+NaN (a statistic with no data, e.g. JCT when no job finished) as JSON ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.domain.jobs import FloatArray, IntArray
+from shared.metrics.per_job import DEFAULT_BSLD_BOUND_S, job_metrics
+from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting
+from shared.metrics.windows import Window
+from shared.sim.result import SimResult
+
+JobSelection: TypeAlias = Window | range | slice | npt.NDArray[Any] | list[int] | list[bool]
+
+PERCENTILES = (50.0, 95.0, 99.0)
+
+
+class DistStats(BaseModel):
+    """Mean and tail percentiles of one per-job metric over the jobs that have a value.
+
+    ``n`` says how many jobs that is, so a mean over 3 finished jobs out of 100 is visible as such.
+    Percentiles use linear interpolation (numpy's default).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    n: int
+
+    @classmethod
+    def of(cls, values: FloatArray) -> DistStats:
+        finite = values[~np.isnan(values)]
+        if len(finite) == 0:
+            nan = float("nan")
+            return cls(mean=nan, p50=nan, p95=nan, p99=nan, n=0)
+        p50, p95, p99 = (float(p) for p in np.percentile(finite, PERCENTILES))
+        return cls(mean=float(finite.mean()), p50=p50, p95=p95, p99=p99, n=len(finite))
+
+
+class WindowMetrics(BaseModel):
+    """Scheduling quality of one window of jobs under one policy.
+
+    Times in seconds, energy-like quantities in GPU-hours. ``wait_s`` is over started jobs,
+    ``jct_s``/``bsld`` over finished jobs; ``n_unstarted``/``n_unfinished`` count the rest.
+    ``excluded`` is carried through from the caller (e.g. jobs dropped because no node could ever
+    fit them) so the report can say how many jobs the numbers do not cover. ``job_waits_s`` keeps
+    the per-job waits (NaN = never started) for CDF plots; it is left out of JSON to keep files
+    small.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str = ""
+    policy: str = ""
+    n_jobs: int
+    n_unstarted: int
+    n_unfinished: int
+    n_masked: int = 0
+    excluded: int = 0
+    capacity_gpus: float
+    bsld_bound_s: float
+    t0_s: float
+    t1_s: float
+    makespan_s: float
+    wait_s: DistStats
+    jct_s: DistStats
+    bsld: DistStats
+    busy_gpu_hours: float
+    utilization: float
+    idle_gpu_hours_while_waiting: float
+    idle_frac_while_waiting: float
+    job_waits_s: tuple[float, ...] = Field(default=(), exclude=True, repr=False)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain dict that ``json.dumps`` writes as strict JSON (NaN becomes null)."""
+        out: dict[str, Any] = json.loads(self.model_dump_json())
+        return out
+
+
+def selection_index(selection: JobSelection, n_jobs: int) -> IntArray:
+    """Turn a window, range, slice, boolean mask or index list into sorted unique job indices."""
+    if isinstance(selection, Window):
+        selection = selection.range
+    if isinstance(selection, range | slice):
+        rng = selection if isinstance(selection, range) else range(n_jobs)[selection]
+        if len(rng) and (min(rng) < 0 or max(rng) >= n_jobs):
+            raise IndexError(f"job range {rng} is out of bounds for a result with {n_jobs} jobs")
+        return np.unique(np.asarray(rng, dtype=np.int64))
+    arr = np.asarray(selection)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n_jobs,):
+            raise ValueError(f"boolean job mask has shape {arr.shape}, expected ({n_jobs},)")
+        return np.flatnonzero(arr).astype(np.int64)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"job selection must be integer indices or a boolean mask, got {arr.dtype}")
+    idx = np.unique(arr.astype(np.int64))
+    if idx[0] < 0 or idx[-1] >= n_jobs:
+        raise IndexError(f"job indices out of bounds for a result with {n_jobs} jobs")
+    return idx
+
+
+def summarize_window(
+    result: SimResult,
+    selection: JobSelection,
+    *,
+    excluded: int = 0,
+    bsld_bound: float = DEFAULT_BSLD_BOUND_S,
+    respect_metric_mask: bool = True,
+    label: str | None = None,
+) -> WindowMetrics:
+    """Summarize the selected jobs of ``result``.
+
+    The interval is ``[t0, t1]``: ``t0`` is the first submit of the window's jobs and ``t1`` their
+    last end, or the end of the recorded timeline when some never finished (the run was cut off, so
+    the window's work lasted at least that long). Utilization and idle-while-waiting integrate the
+    whole cluster's timeline over that interval: jobs from outside the window occupy GPUs too, and
+    a policy should get credit for keeping them busy. Jobs outside ``result.metric_mask`` (warm-up)
+    are dropped from the selection and counted in ``n_masked`` unless ``respect_metric_mask`` is
+    False.
+    """
+    if excluded < 0:
+        raise ValueError(f"excluded must be >= 0, got {excluded}")
+    n_total = len(result.jobs)
+    idx = selection_index(selection, n_total)
+    n_masked = 0
+    if respect_metric_mask:
+        keep = np.asarray(result.metric_mask, dtype=bool)[idx]
+        n_masked = int(np.count_nonzero(~keep))
+        idx = idx[keep]
+    if len(idx) == 0:
+        raise ValueError("window selects no scored jobs (empty selection or all masked out)")
+    if label is None:
+        label = selection.label if isinstance(selection, Window) else ""
+
+    jm = job_metrics(result, idx, bsld_bound=bsld_bound)
+    t0 = float(jm.submit.min())
+    t1 = float(np.nanmax(result.end[idx])) if jm.finished.any() else t0
+    if jm.n_unfinished and len(result.timeline_t):
+        t1 = max(t1, float(result.timeline_t[-1]))
+    span = t1 - t0
+    capacity = float(result.capacity_gpus)
+    busy = busy_gpu_seconds(result.timeline_t, result.timeline_busy, t0, t1)
+    idle_waiting = idle_gpu_seconds_while_waiting(
+        result.timeline_t, result.timeline_busy, result.timeline_queued, capacity, t0, t1
+    )
+    denom = capacity * span
+    utilization = busy / denom if denom > 0 else float("nan")
+    idle_frac = idle_waiting / denom if denom > 0 else float("nan")
+
+    return WindowMetrics(
+        label=label,
+        policy=result.policy,
+        n_jobs=len(jm),
+        n_unstarted=jm.n_unstarted,
+        n_unfinished=jm.n_unfinished,
+        n_masked=n_masked,
+        excluded=excluded,
+        capacity_gpus=capacity,
+        bsld_bound_s=bsld_bound,
+        t0_s=t0,
+        t1_s=t1,
+        makespan_s=span,
+        wait_s=DistStats.of(jm.wait),
+        jct_s=DistStats.of(jm.jct),
+        bsld=DistStats.of(jm.bsld),
+        busy_gpu_hours=busy / 3600.0,
+        utilization=utilization,
+        idle_gpu_hours_while_waiting=idle_waiting / 3600.0,
+        idle_frac_while_waiting=idle_frac,
+        job_waits_s=tuple(jm.wait.tolist()),
+    )

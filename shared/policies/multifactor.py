@@ -1,0 +1,112 @@
+"""Slurm's multifactor priority, as Slurm defines it (not the reference code's two-term imitation).
+
+priority = floor( W_age x age + W_size x size + W_fs x fairshare + W_part x partition + W_qos x qos )
+
+- age = min(wait, PriorityMaxAge) / PriorityMaxAge
+- size = requested GPUs / cluster GPUs (PriorityFavorSmall=NO), or 1 - that (FavorSmall=YES)
+- fairshare (classic): 2^(-U/S), U = the user's decayed GPU-seconds over everyone's, S = the
+  user's share (equal shares); usage decays with PriorityDecayHalfLife and running jobs accrue it
+  continuously (the closed form of a decaying integral, so the result does not depend on how often
+  the scheduler runs)
+- partition = PriorityJobFactor of the job's partition / the largest one
+- qos = the job's QOS priority / the largest one
+Weights are integers, 1,000 each by default, as in the RLTune paper's Slurm setting.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.domain.jobs import FloatArray, IntArray
+from shared.policies.base import Policy, PolicyContext, waited
+
+
+class MultifactorWeights(BaseModel):
+    """Slurm priority settings (slurm.conf names in the field descriptions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    age: int = Field(default=1000, ge=0, description="PriorityWeightAge")
+    job_size: int = Field(default=1000, ge=0, description="PriorityWeightJobSize")
+    fairshare: int = Field(default=1000, ge=0, description="PriorityWeightFairshare")
+    partition: int = Field(default=1000, ge=0, description="PriorityWeightPartition")
+    qos: int = Field(default=1000, ge=0, description="PriorityWeightQOS")
+    max_age_s: float = Field(default=7 * 86400, gt=0, description="PriorityMaxAge")
+    decay_half_life_s: float = Field(default=7 * 86400, gt=0, description="PriorityDecayHalfLife")
+    favor_small: bool = Field(default=False, description="PriorityFavorSmall")
+
+
+class SlurmMultifactor(Policy):
+    """Slurm multifactor priority with fair-share from decayed GPU usage."""
+
+    name = "multifactor"
+    dynamic = True
+    tracks_jobs = True
+
+    def __init__(self, weights: MultifactorWeights | None = None) -> None:
+        self.w = weights or MultifactorWeights()
+        self._lambda = math.log(2.0) / self.w.decay_half_life_s
+
+    def bind(self, ctx: PolicyContext) -> None:
+        super().bind(ctx)
+        jobs = ctx.workload.jobs
+        spec = ctx.workload.spec
+        n_users = max(len(jobs.users), 1)
+        self.usage = np.zeros(n_users)  # decayed GPU-seconds per user
+        self.running = np.zeros(n_users)  # GPUs each user runs now
+        self.share = 1.0 / n_users
+        self.last = 0.0
+        demand = jobs.gpu_demand
+        size = demand / max(ctx.capacity_gpus, 1)
+        self.size_factor = 1.0 - size if self.w.favor_small else size
+        part = np.array(
+            [spec.partitions[v].priority_job_factor if v in spec.partitions else 1 for v in jobs.vcs]
+        )
+        self.part_factor = (part / max(part.max(), 1))[jobs.vc]
+        qos = np.array([spec.qos[q].priority if q in spec.qos else 0 for q in jobs.qoses], dtype=float)
+        top = qos.max() if len(qos) else 0.0
+        self.qos_factor = (qos / top if top > 0 else np.zeros_like(qos))[jobs.qos]
+        self.demand = demand
+
+    def _advance(self, now: float) -> None:
+        dt = now - self.last
+        if dt > 0:
+            decay = math.exp(-self._lambda * dt)
+            self.usage = self.usage * decay + self.running * (1.0 - decay) / self._lambda
+            self.last = now
+
+    def on_start(self, j: int, now: float) -> None:
+        self._advance(now)
+        self.running[self.ctx.workload.jobs.user[j]] += self.demand[j]
+
+    def on_end(self, j: int, now: float) -> None:
+        self._advance(now)
+        self.running[self.ctx.workload.jobs.user[j]] -= self.demand[j]
+
+    def fairshare(self, users: IntArray) -> FloatArray:
+        total = self.usage.sum()
+        if total <= 0:
+            return np.ones(len(users))
+        factor: FloatArray = np.power(2.0, -(self.usage[users] / total) / self.share)
+        return factor
+
+    def priority(self, idx: IntArray, now: float) -> FloatArray:
+        self._advance(now)
+        w = self.w
+        age = np.minimum(waited(self.ctx, idx, now), w.max_age_s) / w.max_age_s
+        users = self.ctx.workload.jobs.user[idx]
+        total = (
+            w.age * age
+            + w.job_size * self.size_factor[idx]
+            + w.fairshare * self.fairshare(users)
+            + w.partition * self.part_factor[idx]
+            + w.qos * self.qos_factor[idx]
+        )
+        out: FloatArray = np.floor(total)
+        return out
+
+    def keys(self, idx: IntArray, now: float) -> FloatArray:
+        return -self.priority(idx, now)

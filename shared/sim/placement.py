@@ -1,0 +1,267 @@
+"""Placement strategies: which nodes a job that may start now gets.
+
+The simulator asks a ``Placer`` for one job at a time; first-fit (lowest group, lowest node id:
+the reference code's "lexicographic" allocator) and best-fit (least leftover) are here, the CP-SAT
+placer plugs in through the same interface.
+
+Rules shared by every strategy:
+- a job runs inside one node group (one GPU type); a gang of whole GPUs may span several nodes of
+  that group, at most ``ceil(gpus / gpus_per_node) + node_slack`` of them;
+- CPUs and memory are split over a gang's nodes in proportion to its GPUs there;
+- a fractional job (``gpu_milli < 1000``) shares one physical GPU with others;
+- ``caps`` (from an EASY reservation) further limit what a job may take on the nodes that the
+  reserved job will need, so that a backfilled job never delays the reservation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.sim.state import I64, Alloc, ClusterState, GroupState
+
+BIG = 1 << 60
+
+
+@dataclass(slots=True)
+class Caps:
+    """Upper bounds on what a long backfill job may take per node of one group."""
+
+    whole: I64
+    cpu: I64
+    mem: I64
+    frac_blocked: np.ndarray  # nodes a fractional backfill job must not touch
+
+    @staticmethod
+    def unlimited(n: int) -> Caps:
+        return Caps(
+            np.full(n, BIG, dtype=np.int64),
+            np.full(n, BIG, dtype=np.int64),
+            np.full(n, BIG, dtype=np.int64),
+            np.zeros(n, dtype=bool),
+        )
+
+    def consume(self, a: Alloc) -> None:
+        for k, i in enumerate(a.nodes):
+            self.whole[i] -= a.whole[k] + (1 if a.frac_gpu >= 0 else 0)
+            self.cpu[i] -= a.cpu[k]
+            self.mem[i] -= a.mem[k]
+
+
+def _views(gs: GroupState, cap: Caps | None) -> tuple[I64, I64, I64]:
+    if cap is None:
+        return gs.whole, gs.cpu, gs.mem
+    return np.minimum(gs.whole, cap.whole), np.minimum(gs.cpu, cap.cpu), np.minimum(gs.mem, cap.mem)
+
+
+class Placer:
+    """Chooses nodes for one job; ``None`` when it does not fit now."""
+
+    name = "abstract"
+    best = False  # best-fit (least leftover) instead of first-fit (lowest ids)
+
+    def place(
+        self,
+        st: ClusterState,
+        gpus: int,
+        milli: int,
+        cpu: int,
+        mem: int,
+        groups: tuple[int, ...],
+        caps: dict[int, Caps] | None = None,
+        node_slack: int = 0,
+    ) -> Alloc | None:
+        if gpus == 0:
+            return self._cpu_only(st, cpu, mem, groups, caps)
+        if milli < WHOLE_GPU_MILLI:
+            return self._fractional(st, milli, cpu, mem, groups, caps)
+        return self._whole(st, gpus, cpu, mem, groups, caps, node_slack)
+
+    # -- whole GPUs -------------------------------------------------------------------------------
+    def _whole(
+        self,
+        st: ClusterState,
+        gpus: int,
+        cpu: int,
+        mem: int,
+        groups: tuple[int, ...],
+        caps: dict[int, Caps] | None,
+        slack: int,
+    ) -> Alloc | None:
+        best: tuple[tuple[int, int], Alloc] | None = None
+        for g in groups:
+            gs = st.groups[g]
+            cap = caps.get(g) if caps else None
+            if gpus <= gs.G and gs.max_whole() >= gpus:
+                whole, cpus, mems = _views(gs, cap)
+                cand = np.flatnonzero((whole >= gpus) & (cpus >= cpu) & (mems >= mem))
+                if len(cand):
+                    if not self.best:
+                        return self._single(gs, int(cand[0]), gpus, cpu, mem)
+                    i = int(cand[np.argmin(whole[cand])])
+                    score = (1, int(whole[i]) - gpus)
+                    if best is None or score < best[0]:
+                        best = (score, self._single(gs, i, gpus, cpu, mem))
+                    continue
+            if (gpus > gs.G or (slack > 0 and gpus >= 2)) and gs.free_whole >= gpus:
+                alloc = self._gang(gs, gpus, cpu, mem, cap, slack)
+                if alloc is not None:
+                    if not self.best:
+                        return alloc
+                    score = (len(alloc.nodes), 0)
+                    if best is None or score < best[0]:
+                        best = (score, alloc)
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _gpu_ids(gs: GroupState, i: int, w: int) -> list[int] | None:
+        if gs.gfree is None:
+            return None
+        return [int(x) for x in np.flatnonzero(gs.gfree[i] == WHOLE_GPU_MILLI)[:w]]
+
+    def _single(self, gs: GroupState, i: int, gpus: int, cpu: int, mem: int) -> Alloc:
+        ids = self._gpu_ids(gs, i, gpus)
+        return Alloc(gs.index, [i], [gpus], [cpu], [mem], None if ids is None else [ids])
+
+    def _gang(
+        self, gs: GroupState, gpus: int, cpu: int, mem: int, cap: Caps | None, slack: int
+    ) -> Alloc | None:
+        need = math.ceil(gpus / gs.G) if gs.G else gs.n + 1
+        max_nodes = min(need + slack, gs.n)
+        if need > max_nodes or gs.top_whole(max_nodes) < gpus:
+            return None
+        whole, cpus, mems = _views(gs, cap)
+        cpg = -(-cpu // gpus)
+        mpg = -(-mem // gpus)
+        usable = whole
+        if cpg:
+            usable = np.minimum(usable, cpus // cpg)
+        if mpg:
+            usable = np.minimum(usable, mems // mpg)
+        order = np.argsort(-usable, kind="stable")[:max_nodes]
+        if int(usable[order].sum()) < gpus:
+            return None
+        nodes: list[int] = []
+        counts: list[int] = []
+        rem = gpus
+        if not self.best:
+            # first-fit: lowest node ids first, as long as the gang stays within max_nodes
+            for i in np.flatnonzero(usable > 0):
+                take = min(int(usable[i]), rem)
+                nodes.append(int(i))
+                counts.append(take)
+                rem -= take
+                if rem == 0 or len(nodes) == max_nodes:
+                    break
+            if rem:
+                nodes, counts, rem = [], [], gpus
+        if not nodes:
+            # best-fit: fullest nodes first; the last piece goes to the tightest node that holds it
+            chosen = set()
+            for i in order:
+                u = int(usable[i])
+                if u >= rem:
+                    rest = np.flatnonzero(usable >= rem)
+                    rest = rest[[int(r) not in chosen for r in rest]]
+                    j = int(rest[np.argmin(usable[rest])])
+                    nodes.append(j)
+                    counts.append(rem)
+                    rem = 0
+                    break
+                nodes.append(int(i))
+                counts.append(u)
+                chosen.add(int(i))
+                rem -= u
+            if rem or len(nodes) > max_nodes:
+                return None
+        cpu_parts = [-(-cpu * w // gpus) for w in counts]
+        mem_parts = [-(-mem * w // gpus) for w in counts]
+        ids = (
+            None
+            if gs.gfree is None
+            else [self._gpu_ids(gs, i, w) or [] for i, w in zip(nodes, counts, strict=True)]
+        )
+        return Alloc(gs.index, nodes, counts, cpu_parts, mem_parts, ids)
+
+    # -- a share of one GPU -----------------------------------------------------------------------
+    def _fractional(
+        self,
+        st: ClusterState,
+        milli: int,
+        cpu: int,
+        mem: int,
+        groups: tuple[int, ...],
+        caps: dict[int, Caps] | None,
+    ) -> Alloc | None:
+        best: tuple[int, Alloc] | None = None
+        for g in groups:
+            gs = st.groups[g]
+            if gs.gfree is None or gs.maxfrac is None:
+                raise RuntimeError(f"group {g} does not track GPU shares but got a fractional job")
+            cap = caps.get(g) if caps else None
+            _, cpus, mems = _views(gs, cap)
+            ok = (gs.maxfrac >= milli) & (cpus >= cpu) & (mems >= mem)
+            if cap is not None:
+                ok &= ~cap.frac_blocked
+            cand = np.flatnonzero(ok)
+            if not len(cand):
+                continue
+            if not self.best:
+                i = int(cand[0])
+                gpu = int(np.flatnonzero(gs.gfree[i] >= milli)[0])
+                return Alloc(gs.index, [i], [0], [cpu], [mem], None, gpu, milli)
+            sub = gs.gfree[cand]
+            val = np.where(sub >= milli, sub, BIG)
+            flat = int(np.argmin(val))
+            r, gpu = divmod(flat, sub.shape[1])
+            score = int(val[r, gpu]) - milli
+            if best is None or score < best[0]:
+                best = (score, Alloc(gs.index, [int(cand[r])], [0], [cpu], [mem], None, gpu, milli))
+        return None if best is None else best[1]
+
+    # -- no GPU at all ----------------------------------------------------------------------------
+    def _cpu_only(
+        self, st: ClusterState, cpu: int, mem: int, groups: tuple[int, ...], caps: dict[int, Caps] | None
+    ) -> Alloc | None:
+        best: tuple[int, Alloc] | None = None
+        for g in groups:
+            gs = st.groups[g]
+            _, cpus, mems = _views(gs, caps.get(g) if caps else None)
+            cand = np.flatnonzero((cpus >= cpu) & (mems >= mem))
+            if not len(cand):
+                continue
+            i = int(cand[0]) if not self.best else int(cand[np.argmin(cpus[cand])])
+            alloc = Alloc(gs.index, [i], [0], [cpu], [mem])
+            if not self.best:
+                return alloc
+            score = int(cpus[i]) - cpu
+            if best is None or score < best[0]:
+                best = (score, alloc)
+        return None if best is None else best[1]
+
+
+class FirstFit(Placer):
+    """Lowest group, lowest node id that fits: the reference code's allocator, for the paper setting."""
+
+    name = "first-fit"
+    best = False
+
+
+class BestFit(Placer):
+    """The node (or GPU, for a share) that leaves the least free after placing: packs, defragments."""
+
+    name = "best-fit"
+    best = True
+
+
+PLACERS: dict[str, type[Placer]] = {"first-fit": FirstFit, "best-fit": BestFit}
+
+
+def make_placer(name: str) -> Placer:
+    try:
+        return PLACERS[name]()
+    except KeyError:
+        raise ValueError(f"unknown placement {name!r}; choose one of {', '.join(PLACERS)}") from None

@@ -1,0 +1,182 @@
+"""Free resources of every node, kept per node group as numpy arrays.
+
+Why this shape: a fit test over a group of 549 identical nodes is one vectorized comparison, and the
+per-group histogram of free whole GPUs (``level``) answers "can any node host k GPUs?" in O(G)
+Python steps without touching the arrays, which is what most fit tests on a busy cluster need.
+
+Fractional GPUs (Alibaba's ``gpu_milli``) are tracked per physical GPU (``gfree``, milli-GPUs free
+on each GPU), but only in groups where some fractional job may run: a Philly-style cluster pays
+nothing for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.domain.cluster import ClusterSpec
+from shared.domain.jobs import WHOLE_GPU_MILLI
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class Alloc:
+    """Where one running job sits: one group, one or more nodes.
+
+    ``whole[k]`` whole GPUs, ``cpu[k]`` milli-CPUs and ``mem[k]`` MiB on ``nodes[k]``;
+    ``gpu_ids[k]`` the physical GPUs used (only in groups that track GPUs); for a fractional job
+    ``frac_gpu`` is the physical GPU sharing ``milli`` milli-GPUs, else -1.
+    """
+
+    group: int
+    nodes: list[int]
+    whole: list[int]
+    cpu: list[int]
+    mem: list[int]
+    gpu_ids: list[list[int]] | None = None
+    frac_gpu: int = -1
+    milli: int = 0
+
+    @property
+    def busy_milli(self) -> int:
+        return sum(self.whole) * WHOLE_GPU_MILLI + (self.milli if self.frac_gpu >= 0 else 0)
+
+
+class GroupState:
+    """Free resources of the nodes of one node group."""
+
+    __slots__ = ("G", "cpu", "free_whole", "gfree", "index", "level", "maxfrac", "mem", "n", "whole")
+
+    def __init__(self, index: int, n: int, gpus: int, cpus_milli: int, mem_mib: int, track: bool) -> None:
+        self.index = index
+        self.n = n
+        self.G = gpus
+        self.whole: I64 = np.full(n, gpus, dtype=np.int64)
+        self.cpu: I64 = np.full(n, cpus_milli, dtype=np.int64)
+        self.mem: I64 = np.full(n, mem_mib, dtype=np.int64)
+        self.gfree: I64 | None = (
+            np.full((n, gpus), WHOLE_GPU_MILLI, dtype=np.int64) if track and gpus > 0 else None
+        )
+        self.maxfrac: I64 | None = (
+            np.full(n, WHOLE_GPU_MILLI if gpus else 0, dtype=np.int64) if self.gfree is not None else None
+        )
+        # level[k] = number of nodes with exactly k whole GPUs free
+        self.level: list[int] = [0] * (gpus + 1)
+        self.level[gpus] = n
+        self.free_whole = n * gpus
+
+    def max_whole(self) -> int:
+        lv = self.level
+        for k in range(self.G, 0, -1):
+            if lv[k]:
+                return k
+        return 0
+
+    def top_whole(self, m: int) -> int:
+        """Free whole GPUs on the ``m`` nodes with the most free: a gang's upper bound, from the histogram."""
+        total = 0
+        lv = self.level
+        for k in range(self.G, 0, -1):
+            c = lv[k]
+            if c:
+                if c >= m:
+                    return total + m * k
+                total += c * k
+                m -= c
+        return total
+
+    def copy(self) -> GroupState:
+        other = GroupState.__new__(GroupState)
+        other.index, other.n, other.G = self.index, self.n, self.G
+        other.whole, other.cpu, other.mem = self.whole.copy(), self.cpu.copy(), self.mem.copy()
+        other.gfree = None if self.gfree is None else self.gfree.copy()
+        other.maxfrac = None if self.maxfrac is None else self.maxfrac.copy()
+        other.level = list(self.level)
+        other.free_whole = self.free_whole
+        return other
+
+    def _set_whole(self, i: int, new: int) -> None:
+        old = int(self.whole[i])
+        if old != new:
+            self.level[old] -= 1
+            self.level[new] += 1
+            self.free_whole += new - old
+            self.whole[i] = new
+
+    def take(self, a: Alloc) -> None:
+        """Remove an allocation's resources (the job starts)."""
+        gfree = self.gfree
+        for k, i in enumerate(a.nodes):
+            self.cpu[i] -= a.cpu[k]
+            self.mem[i] -= a.mem[k]
+            if gfree is None:
+                if a.whole[k]:
+                    self._set_whole(i, int(self.whole[i]) - a.whole[k])
+                continue
+            row = gfree[i]
+            if a.gpu_ids is not None and a.gpu_ids[k]:
+                row[a.gpu_ids[k]] = 0
+            if a.frac_gpu >= 0:
+                row[a.frac_gpu] -= a.milli
+            self._refresh_node(i)
+
+    def give(self, a: Alloc) -> None:
+        """Return an allocation's resources (the job ends)."""
+        gfree = self.gfree
+        for k, i in enumerate(a.nodes):
+            self.cpu[i] += a.cpu[k]
+            self.mem[i] += a.mem[k]
+            if gfree is None:
+                if a.whole[k]:
+                    self._set_whole(i, int(self.whole[i]) + a.whole[k])
+                continue
+            row = gfree[i]
+            if a.gpu_ids is not None and a.gpu_ids[k]:
+                row[a.gpu_ids[k]] = WHOLE_GPU_MILLI
+            if a.frac_gpu >= 0:
+                row[a.frac_gpu] += a.milli
+            self._refresh_node(i)
+
+    def _refresh_node(self, i: int) -> None:
+        assert self.gfree is not None and self.maxfrac is not None
+        row = self.gfree[i]
+        self._set_whole(i, int(np.count_nonzero(row == WHOLE_GPU_MILLI)))
+        self.maxfrac[i] = int(row.max()) if self.G else 0
+
+
+class ClusterState:
+    """All node groups of a cluster plus the running GPU total (for utilization)."""
+
+    def __init__(self, spec: ClusterSpec, track_groups: set[int] | None = None) -> None:
+        track = track_groups or set()
+        self.groups: list[GroupState] = [
+            GroupState(k, g.count, g.gpus, g.cpus_milli, g.mem_mib, k in track)
+            for k, g in enumerate(spec.node_groups)
+        ]
+        self.capacity_gpus = spec.total_gpus
+        self.busy_milli = 0
+
+    def take(self, a: Alloc) -> None:
+        self.groups[a.group].take(a)
+        self.busy_milli += a.busy_milli
+
+    def give(self, a: Alloc) -> None:
+        self.groups[a.group].give(a)
+        self.busy_milli -= a.busy_milli
+
+    def check_invariants(self, spec: ClusterSpec) -> None:
+        """Raise if any node holds negative or more-than-capacity free resources (used by tests)."""
+        for st, g in zip(self.groups, spec.node_groups, strict=True):
+            if (st.whole < 0).any() or (st.whole > g.gpus).any():
+                raise AssertionError(f"group {g.name}: free GPUs out of range")
+            if (st.cpu < 0).any() or (st.cpu > g.cpus_milli).any():
+                raise AssertionError(f"group {g.name}: free CPUs out of range")
+            if (st.mem < 0).any() or (st.mem > g.mem_mib).any():
+                raise AssertionError(f"group {g.name}: free memory out of range")
+            if st.gfree is not None and ((st.gfree < 0).any() or (st.gfree > WHOLE_GPU_MILLI).any()):
+                raise AssertionError(f"group {g.name}: per-GPU share out of range")
+            if sum(st.level) != st.n or st.free_whole != int(st.whole.sum()):
+                raise AssertionError(f"group {g.name}: free-GPU histogram out of sync")

@@ -1,0 +1,87 @@
+"""`hylo simulate` end to end: the embedded default, its outputs, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shared.cli.app import app
+
+runner = CliRunner()
+
+
+def test_simulate_embedded_writes_report_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--jobs", "1500",
+            "--windows", "3",
+            "--window-size", "300",
+            "--policies", "fcfs,sjf,multifactor",
+            "--out", str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "simulate.json").read_text())
+    assert report["setup"]["cluster"] == "embedded"
+    assert len(report["setup"]["windows"]) == 3
+    assert set(report["setup"]["sim_seconds"]) == {"fcfs", "sjf", "multifactor"}
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert "box_wait_mean.png" in pngs and "cdf_wait.png" in pngs
+    for p in out.glob("*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert p.stat().st_size > 5_000
+
+
+def test_simulate_paper_setting_runs_cold_windows(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["simulate", "--jobs", "800", "--windows", "2", "--window-size", "200", "--policies", "fcfs",
+         "--paper", "--no-plots", "--out", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "simulate.json").read_text())
+    cfg = report["setup"]["config"]
+    assert (cfg["backfill"], cfg["placement"], cfg["oracle_runtimes"]) == ("none", "first-fit", True)
+    assert report["setup"]["warmup"] == 0
+
+
+def test_unknown_policy_is_a_clear_error() -> None:
+    result = runner.invoke(app, ["simulate", "--policies", "fcfs,nope"])
+    assert result.exit_code == 2
+    assert "unknown policy nope" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_trace_file_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing.csv"
+    result = runner.invoke(app, ["simulate", "--trace", str(missing), "--cluster", "philly"])
+    assert result.exit_code == 2
+    assert "nothing.csv" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "philly.csv"
+    bad.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
+        "2017-10-09 07:02:55,abc,1,66.0,11cb48\n"
+    )
+    result = runner.invoke(app, ["simulate", "--trace", str(bad), "--cluster", "philly"])
+    assert result.exit_code == 2
+    assert "philly.csv" in result.output and "line 3" in result.output and "duration" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_cluster_spec_names_the_field(tmp_path: Path) -> None:
+    spec = tmp_path / "c.toml"
+    spec.write_text('name = "x"\n[[node_groups]]\nname = "a"\ngpu_type = "T4"\ncount = 0\ngpus = 2\ncpus = 8\nmem_gib = 16\n')
+    result = runner.invoke(app, ["simulate", "--cluster", str(spec), "--jobs", "100"])
+    assert result.exit_code == 2
+    assert "c.toml" in result.output and "node_groups.0.count" in result.output
+    assert "Traceback" not in result.output
