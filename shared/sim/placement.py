@@ -57,6 +57,20 @@ def _views(gs: GroupState, cap: Caps | None) -> tuple[I64, I64, I64]:
     return np.minimum(gs.whole, cap.whole), np.minimum(gs.cpu, cap.cpu), np.minimum(gs.mem, cap.mem)
 
 
+def _best_in_buckets(gs: GroupState, gpus: int, cpu: int, mem: int) -> tuple[int, int] | None:
+    """(free GPUs, node) of the fullest node that still holds the request, via the free-GPU buckets.
+
+    Among equally full nodes the first one in the bucket's (deterministic) order that has the CPUs
+    and memory wins: a tie-break that costs O(1) instead of a scan of a 500-node group.
+    """
+    cpus, mems = gs.cpu, gs.mem
+    for k in range(gpus, gs.G + 1):
+        for i in gs.bucket[k]:
+            if cpus[i] >= cpu and mems[i] >= mem:
+                return k, i
+    return None
+
+
 class Placer:
     """Chooses nodes for one job; ``None`` when it does not fit now."""
 
@@ -96,6 +110,13 @@ class Placer:
             gs = st.groups[g]
             cap = caps.get(g) if caps else None
             if gpus <= gs.G and gs.max_whole() >= gpus:
+                if self.best and cap is None:
+                    found = _best_in_buckets(gs, gpus, cpu, mem)
+                    if found is not None:
+                        score = (1, found[0] - gpus)
+                        if best is None or score < best[0]:
+                            best = (score, self._single(gs, found[1], gpus, cpu, mem))
+                        continue
                 whole, cpus, mems = _views(gs, cap)
                 cand = np.flatnonzero((whole >= gpus) & (cpus >= cpu) & (mems >= mem))
                 if len(cand):

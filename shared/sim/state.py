@@ -48,7 +48,19 @@ class Alloc:
 class GroupState:
     """Free resources of the nodes of one node group."""
 
-    __slots__ = ("G", "cpu", "free_whole", "gfree", "index", "level", "maxfrac", "mem", "n", "whole")
+    __slots__ = (
+        "G",
+        "bucket",
+        "cpu",
+        "free_whole",
+        "gfree",
+        "index",
+        "level",
+        "maxfrac",
+        "mem",
+        "n",
+        "whole",
+    )
 
     def __init__(self, index: int, n: int, gpus: int, cpus_milli: int, mem_mib: int, track: bool) -> None:
         self.index = index
@@ -66,6 +78,9 @@ class GroupState:
         # level[k] = number of nodes with exactly k whole GPUs free
         self.level: list[int] = [0] * (gpus + 1)
         self.level[gpus] = n
+        # bucket[k] = the nodes with exactly k whole GPUs free (best-fit looks here, not at arrays)
+        self.bucket: list[set[int]] = [set() for _ in range(gpus + 1)]
+        self.bucket[gpus].update(range(n))
         self.free_whole = n * gpus
 
     def max_whole(self) -> int:
@@ -95,6 +110,7 @@ class GroupState:
         other.gfree = None if self.gfree is None else self.gfree.copy()
         other.maxfrac = None if self.maxfrac is None else self.maxfrac.copy()
         other.level = list(self.level)
+        other.bucket = [set(b) for b in self.bucket]
         other.free_whole = self.free_whole
         return other
 
@@ -103,6 +119,8 @@ class GroupState:
         if old != new:
             self.level[old] -= 1
             self.level[new] += 1
+            self.bucket[old].discard(i)
+            self.bucket[new].add(i)
             self.free_whole += new - old
             self.whole[i] = new
 
@@ -178,5 +196,10 @@ class ClusterState:
                 raise AssertionError(f"group {g.name}: free memory out of range")
             if st.gfree is not None and ((st.gfree < 0).any() or (st.gfree > WHOLE_GPU_MILLI).any()):
                 raise AssertionError(f"group {g.name}: per-GPU share out of range")
+            in_buckets = [len(b) for b in st.bucket]
+            if in_buckets != st.level or any(
+                int(st.whole[i]) != k for k, b in enumerate(st.bucket) for i in b
+            ):
+                raise AssertionError(f"group {g.name}: free-GPU buckets out of sync")
             if sum(st.level) != st.n or st.free_whole != int(st.whole.sum()):
                 raise AssertionError(f"group {g.name}: free-GPU histogram out of sync")

@@ -191,7 +191,7 @@ class GeneratorParams(BaseModel):
     )
 
     # ---- GPU count and fractional GPUs ------------------------------------------------------------
-    gpu_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    gpu_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # Philly's counts, powers of two up to 64
     gpu_count_weights: tuple[float, ...] = Field(
         # Philly job counts; its 7 x 12, 7 x 24 and 3 x 128 GPU jobs are folded up to 16, 32 and 64.
         default=(76627.0, 1818.0, 1870.0, 1643.0, 206.0, 74.0, 9.0),
@@ -202,7 +202,7 @@ class GeneratorParams(BaseModel):
         le=1,
         description="fraction of all jobs that use a share of one GPU (drawn among 1-GPU jobs)",
     )
-    fractional_shares: tuple[int, ...] = (
+    fractional_shares: tuple[int, ...] = (  # openb: every gpu_milli value < 1000 among pods that ran
         50, 110, 140, 160, 220, 230, 270, 290, 320, 330, 350, 370, 440, 460, 470, 480, 550, 590, 650, 810,
     )  # fmt: skip
     fractional_share_weights: tuple[float, ...] = (
@@ -249,7 +249,7 @@ class GeneratorParams(BaseModel):
     )
 
     # ---- user runtime estimates -------------------------------------------------------------------
-    estimate_ladder_s: tuple[float, ...] = DEFAULT_LADDER_S
+    estimate_ladder_s: tuple[float, ...] = DEFAULT_LADDER_S  # common wall-time requests, 5 min .. 72 h
     estimate_exact_fraction: float = Field(
         default=0.75,  # HPC2N (jobs >= 60 s): fitted so that the request / runtime deciles match
         ge=0,
@@ -304,7 +304,7 @@ class GeneratorParams(BaseModel):
         description="jobs with more GPUs than this are never type-constrained",
     )
     unmatched_types: Literal["redraw", "drop"] = Field(
-        default="redraw",
+        default="redraw",  # a modelling choice: keeps openb's constrained fraction on any cluster
         description="a set naming none of the target cluster's types is replaced by a random set of "
         "the same size from the cluster's types (redraw, keeps the constrained fraction) or dropped",
     )

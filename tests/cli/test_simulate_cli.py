@@ -18,11 +18,16 @@ def test_simulate_embedded_writes_report_and_plots(tmp_path: Path) -> None:
         app,
         [
             "simulate",
-            "--jobs", "1500",
-            "--windows", "3",
-            "--window-size", "300",
-            "--policies", "fcfs,sjf,multifactor",
-            "--out", str(out),
+            "--jobs",
+            "1500",
+            "--windows",
+            "3",
+            "--window-size",
+            "300",
+            "--policies",
+            "fcfs,sjf,multifactor",
+            "--out",
+            str(out),
         ],
     )
     assert result.exit_code == 0, result.output
@@ -40,8 +45,21 @@ def test_simulate_embedded_writes_report_and_plots(tmp_path: Path) -> None:
 def test_simulate_paper_setting_runs_cold_windows(tmp_path: Path) -> None:
     result = runner.invoke(
         app,
-        ["simulate", "--jobs", "800", "--windows", "2", "--window-size", "200", "--policies", "fcfs",
-         "--paper", "--no-plots", "--out", str(tmp_path)],
+        [
+            "simulate",
+            "--jobs",
+            "800",
+            "--windows",
+            "2",
+            "--window-size",
+            "200",
+            "--policies",
+            "fcfs",
+            "--paper",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "simulate.json").read_text())
@@ -80,7 +98,9 @@ def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
 
 def test_bad_cluster_spec_names_the_field(tmp_path: Path) -> None:
     spec = tmp_path / "c.toml"
-    spec.write_text('name = "x"\n[[node_groups]]\nname = "a"\ngpu_type = "T4"\ncount = 0\ngpus = 2\ncpus = 8\nmem_gib = 16\n')
+    spec.write_text(
+        'name = "x"\n[[node_groups]]\nname = "a"\ngpu_type = "T4"\ncount = 0\ngpus = 2\ncpus = 8\nmem_gib = 16\n'
+    )
     result = runner.invoke(app, ["simulate", "--cluster", str(spec), "--jobs", "100"])
     assert result.exit_code == 2
     assert "c.toml" in result.output and "node_groups.0.count" in result.output

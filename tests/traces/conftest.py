@@ -17,6 +17,7 @@ import pytest
 if TYPE_CHECKING:
     from shared.traces import LoadedTrace
 
+
 def _clear_settings() -> None:
     from shared.config import get_settings
 

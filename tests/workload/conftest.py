@@ -1,25 +1,19 @@
 """Shared fixtures for the workload-generator tests.
 
-The repository root is put on ``sys.path`` so the tests run with a plain ``pytest tests/workload``
-even before the project has packaging metadata. Workloads are generated once per session: the
+Workloads are generated once per session: the
 generator is deterministic, so sharing them loses nothing and keeps the suite fast.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from shared.config import get_settings  # noqa: E402
-from shared.domain.cluster import ClusterSpec, load_cluster_spec  # noqa: E402
-from shared.domain.jobs import JobTable  # noqa: E402
-from shared.workload import GeneratorParams, generate_workload  # noqa: E402
+from shared.config import get_settings
+from shared.domain.cluster import ClusterSpec, load_cluster_spec
+from shared.domain.jobs import JobTable
+from shared.workload import GeneratorParams, generate_workload
 
 TRACES = get_settings().traces_dir
 
