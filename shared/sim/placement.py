@@ -155,13 +155,13 @@ class Placer:
         if need > max_nodes or gs.top_whole(max_nodes) < gpus:
             return None
         whole, cpus, mems = _views(gs, cap)
-        cpg = -(-cpu // gpus)
-        mpg = -(-mem // gpus)
+        # w GPUs on a node take ceil(cpu x w / gpus) CPUs, which fits free F exactly when
+        # w <= F x gpus / cpu (and the same for memory)
         usable = whole
-        if cpg:
-            usable = np.minimum(usable, cpus // cpg)
-        if mpg:
-            usable = np.minimum(usable, mems // mpg)
+        if cpu:
+            usable = np.minimum(usable, cpus * gpus // cpu)
+        if mem:
+            usable = np.minimum(usable, mems * gpus // mem)
         order = np.argsort(-usable, kind="stable")[:max_nodes]
         if int(usable[order].sum()) < gpus:
             return None
