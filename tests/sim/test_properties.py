@@ -34,7 +34,7 @@ from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 from shared.sim.state import Alloc, ClusterState
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TYPES = ("A", "B", "C")
 TYPE_SETS = [(), ("A",), ("B",), ("C",), ("A", "B")]
