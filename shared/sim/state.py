@@ -1,7 +1,7 @@
 """Free resources of every node, kept per node group as numpy arrays.
 
 Why this shape: a fit test over a group of 549 identical nodes is one vectorized comparison, and the
-per-group histogram of free whole GPUs (``level``) answers "can any node host k GPUs?" in O(G)
+per-group buckets of nodes by free whole GPUs (``bucket``) answer "can any node host k GPUs?" in O(G)
 Python steps without touching the arrays, which is what most fit tests on a busy cluster need.
 
 Fractional GPUs (Alibaba's ``gpu_milli``) are tracked per physical GPU (``gfree``, milli-GPUs free
@@ -55,7 +55,6 @@ class GroupState:
         "free_whole",
         "gfree",
         "index",
-        "level",
         "maxfrac",
         "mem",
         "n",
@@ -75,27 +74,25 @@ class GroupState:
         self.maxfrac: I64 | None = (
             np.full(n, WHOLE_GPU_MILLI if gpus else 0, dtype=np.int64) if self.gfree is not None else None
         )
-        # level[k] = number of nodes with exactly k whole GPUs free
-        self.level: list[int] = [0] * (gpus + 1)
-        self.level[gpus] = n
-        # bucket[k] = the nodes with exactly k whole GPUs free (best-fit looks here, not at arrays)
+        # bucket[k] = the nodes with exactly k whole GPUs free: its size is the free-GPU histogram,
+        # and best-fit picks nodes from it instead of scanning arrays
         self.bucket: list[set[int]] = [set() for _ in range(gpus + 1)]
         self.bucket[gpus].update(range(n))
         self.free_whole = n * gpus
 
     def max_whole(self) -> int:
-        lv = self.level
+        bucket = self.bucket
         for k in range(self.G, 0, -1):
-            if lv[k]:
+            if bucket[k]:
                 return k
         return 0
 
     def top_whole(self, m: int) -> int:
         """Free whole GPUs on the ``m`` nodes with the most free: a gang's upper bound, from the histogram."""
         total = 0
-        lv = self.level
+        bucket = self.bucket
         for k in range(self.G, 0, -1):
-            c = lv[k]
+            c = len(bucket[k])
             if c:
                 if c >= m:
                     return total + m * k
@@ -109,7 +106,6 @@ class GroupState:
         other.whole, other.cpu, other.mem = self.whole.copy(), self.cpu.copy(), self.mem.copy()
         other.gfree = None if self.gfree is None else self.gfree.copy()
         other.maxfrac = None if self.maxfrac is None else self.maxfrac.copy()
-        other.level = list(self.level)
         other.bucket = [set(b) for b in self.bucket]
         other.free_whole = self.free_whole
         return other
@@ -117,8 +113,6 @@ class GroupState:
     def _set_whole(self, i: int, new: int) -> None:
         old = int(self.whole[i])
         if old != new:
-            self.level[old] -= 1
-            self.level[new] += 1
             self.bucket[old].discard(i)
             self.bucket[new].add(i)
             self.free_whole += new - old
@@ -196,10 +190,7 @@ class ClusterState:
                 raise AssertionError(f"group {g.name}: free memory out of range")
             if st.gfree is not None and ((st.gfree < 0).any() or (st.gfree > WHOLE_GPU_MILLI).any()):
                 raise AssertionError(f"group {g.name}: per-GPU share out of range")
-            in_buckets = [len(b) for b in st.bucket]
-            if in_buckets != st.level or any(
-                int(st.whole[i]) != k for k, b in enumerate(st.bucket) for i in b
-            ):
+            if any(int(st.whole[i]) != k for k, b in enumerate(st.bucket) for i in b):
                 raise AssertionError(f"group {g.name}: free-GPU buckets out of sync")
-            if sum(st.level) != st.n or st.free_whole != int(st.whole.sum()):
+            if sum(len(b) for b in st.bucket) != st.n or st.free_whole != int(st.whole.sum()):
                 raise AssertionError(f"group {g.name}: free-GPU histogram out of sync")
