@@ -70,6 +70,7 @@ class SlurmMultifactor(Policy):
         top = qos.max() if len(qos) else 0.0
         self.qos_factor = (qos / top if top > 0 else np.zeros_like(qos))[jobs.qos]
         self.demand = demand
+        self._static: FloatArray | None = None
 
     def _advance(self, now: float) -> None:
         dt = now - self.last
@@ -87,25 +88,27 @@ class SlurmMultifactor(Policy):
         self.running[self.ctx.workload.jobs.user[j]] -= self.demand[j]
 
     def fairshare(self, users: IntArray) -> FloatArray:
+        return self._fairshare_by_user()[users]
+
+    def _fairshare_by_user(self) -> FloatArray:
+        """2^(-U/S) of every user (a handful), so a queue of thousands pays one gather."""
         total = self.usage.sum()
         if total <= 0:
-            return np.ones(len(users))
-        factor: FloatArray = np.power(2.0, -(self.usage[users] / total) / self.share)
+            return np.ones(len(self.usage))
+        factor: FloatArray = np.power(2.0, -(self.usage / total) / self.share)
         return factor
 
     def priority(self, idx: IntArray, now: float) -> FloatArray:
         self._advance(now)
         w = self.w
-        age = np.minimum(waited(self.ctx, idx, now), w.max_age_s) / w.max_age_s
-        users = self.ctx.workload.jobs.user[idx]
-        total = (
-            w.age * age
-            + w.job_size * self.size_factor[idx]
-            + w.fairshare * self.fairshare(users)
-            + w.partition * self.part_factor[idx]
-            + w.qos * self.qos_factor[idx]
-        )
-        out: FloatArray = np.floor(total)
+        if self._static is None:
+            # the factors that do not move with the clock, weighted once
+            self._static = (
+                w.job_size * self.size_factor + w.partition * self.part_factor + w.qos * self.qos_factor
+            )
+        age = np.minimum(waited(self.ctx, idx, now), w.max_age_s) * (w.age / w.max_age_s)
+        fs = (w.fairshare * self._fairshare_by_user())[self.ctx.workload.jobs.user[idx]]
+        out: FloatArray = np.floor(age + self._static[idx] + fs)
         return out
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:

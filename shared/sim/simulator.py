@@ -6,12 +6,19 @@ tie artefacts), then one scheduling cycle runs: the policy orders the queue, job
 order where an eligible node group has room, and the backfill mode decides what happens behind a
 job that cannot start (see ``SimConfig``).
 
-Speed comes from three exact shortcuts, not from approximations:
-- within a cycle resources only shrink, so a request (resources + eligible groups, ``sig``) that
-  did not fit does not fit later in the same cycle: it is not re-checked;
-- when every queued request has failed, the cycle stops;
-- an event that freed nothing, after a cycle that ended with every request failing, can only
-  start one of the new arrivals: the cycle is skipped when none of them fits.
+Speed comes from exact shortcuts, not from approximations (each can be switched off, and the
+property tests check that the schedule does not change):
+- within a cycle resources and reservation caps only shrink, so a request that failed keeps
+  failing, and so does every queued request of the same shape (GPU request + eligible groups)
+  asking for at least as many CPUs and as much memory and running at least as long: one
+  vectorized filter retires them all, and a cycle visits only jobs that may still start;
+- with a long queue each shape's GPU request is tested once first; of the shapes that fit
+  nowhere only the first job per class of eligible groups is visited (it may take a reservation);
+- a reservation is computed only when a later job wants nodes of its groups, by replaying the
+  running jobs' estimated ends on a light overlay of the touched nodes;
+- an event that freed nothing, after a cycle in which every queued job failed on the raw free
+  state (not merely on a reservation's caps), can only start one of the new arrivals: the cycle
+  is skipped when none of them fits.
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable
+from bisect import bisect_left, insort
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 
@@ -31,10 +38,9 @@ from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
 from shared.sim.placement import Caps, Placer, make_placer
 from shared.sim.result import SimResult
-from shared.sim.state import Alloc, ClusterState, GroupState
+from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
 
 INF = math.inf
-PRECHECK_QUEUE = 32  # queue length from which a cycle first tests each distinct request
 
 
 class SimulationError(RuntimeError):
@@ -49,7 +55,20 @@ class _Scratch:
 
 
 class Simulator:
-    """Simulates one policy on one bound workload; see the module docstring."""
+    """Simulates one policy on one bound workload; see the module docstring.
+
+    The three class attributes below only trade speed; every value gives the same schedule (the
+    property tests run with the shortcuts off and on and compare).
+    """
+
+    #: queue length from which a cycle first tests each distinct request (shape)
+    precheck_queue: int = 32
+    #: jobs ordered at a time in a cycle; most cycles end within the first chunk
+    visit_chunk: int = 64
+    #: skip the cycle of an event that freed nothing when no new arrival fits (see ``cycle``)
+    skip_idle_cycles: bool = True
+    #: a failed request also retires the queued requests it dominates (same shape, no smaller)
+    retire_dominated: bool = True
 
     def __init__(
         self,
@@ -118,25 +137,32 @@ class Simulator:
         mem = jobs.mem_mib.tolist()
         groups_of = [w.class_groups[c] for c in w.job_class.tolist()]
         shape = w.shape.tolist()
-        uniform = w.shape_uniform.tolist()
         slack = cfg.node_slack
+        precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
+        retire = self.retire_dominated
         mode = cfg.backfill
         max_res = cfg.max_reservations or 1 << 30
         static = not policy.dynamic
-        static_keys = policy.keys(np.arange(n), 0.0).tolist() if static else None
+        static_keys = policy.keys(np.arange(n), 0.0) if static else None
         track = policy.tracks_jobs
+        shape_np = w.shape
+        class_np = w.job_class
+        n_shapes = len(w.shape_uniform)
+        n_classes = len(w.class_groups)
+        cpu_np, mem_np, est_np = jobs.cpus_milli, jobs.mem_mib, self.est
 
         start = np.full(n, np.nan)
         end = np.full(n, np.nan)
         nodes_used = np.zeros(n, dtype=np.int64)
         allocs: dict[int, Alloc] = {}
-        is_started = bytearray(n)
         heap: list[tuple[float, int]] = []
         run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
-        queue: list[int] = []  # arrival order (dynamic policies)
-        queue_sorted: list[tuple[float, int]] = []  # (key, job) in start order (static policies)
+        # The queue: jobs arrive in index order, so every queued job lies in [qlo, i) and a mask
+        # over that range gives the queue in arrival order as one vectorized call.
+        in_queue = np.zeros(n, dtype=bool)
+        qlo = lo
+        nq = 0
         shape_count: dict[int, int] = {}  # queued jobs per shape (GPU request + eligible groups)
-        shape_ests: dict[int, list[float]] = {}  # their estimates, sorted
         shape_rep: dict[int, int] = {}  # one job of each shape
         first_res = np.full(n, np.nan) if record_reservations else None
         tl_t: list[float] = []
@@ -144,11 +170,14 @@ class Simulator:
         tl_q: list[int] = []
         cycles = 0
         all_blocked = False
+        i = lo
 
         def start_job(j: int, a: Alloc, now: float) -> None:
+            nonlocal nq
             st.take(a)
             allocs[j] = a
-            is_started[j] = 1
+            in_queue[j] = False
+            nq -= 1
             start[j] = now
             e = now + runtime[j]
             end[j] = e
@@ -161,39 +190,103 @@ class Simulator:
                 shape_count[k] = c
             else:
                 del shape_count[k]
-            ests = shape_ests[k]
-            del ests[bisect_left(ests, est[j])]
             if track:
                 policy.on_start(j, now)
 
         def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
-            """Earliest estimated start of blocked job j and the caps that protect it."""
+            """Earliest estimated start of blocked job j and the caps that protect it.
+
+            Running jobs are released in order of estimated end until j fits. For whole-GPU jobs
+            on groups without per-GPU shares the releases are first replayed on a light overlay
+            (free resources of the touched nodes plus the free-GPU histogram); the full scratch
+            copy is built only once a release makes a fit possible.
+            """
             gset = groups_of[j]
-            scratch = _Scratch([None] * len(st.groups))
-            for g in gset:
-                scratch.groups[g] = st.groups[g].copy()
             need, m, c_, mm = gpus[j], milli[j], cpu[j], mem[j]
             single = need > 0 and (m < WHOLE_GPU_MILLI or need <= min(st.groups[g].G for g in gset))
+            node_test = single and m == WHOLE_GPU_MILLI and slack == 0
             when = INF
             plan: Alloc | None = None
-            for e, r in run_sorted:
-                a = allocs[r]
-                gs = scratch.groups[a.group]
-                if gs is None:
-                    continue
-                gs.give(a)
-                if single and m == WHOLE_GPU_MILLI and slack == 0:
-                    ok = any(gs.whole[i] >= need and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes)
-                    if not ok:
+            scratch: _Scratch | None = None
+            resume = 0
+            if need and m == WHOLE_GPU_MILLI and all(st.groups[g].gfree is None for g in gset):
+                over: dict[int, dict[int, list[int]]] = {g: {} for g in gset}
+                hists = {g: [len(b) for b in st.groups[g].bucket] for g in gset}
+                free_tot = {g: st.groups[g].free_whole for g in gset}
+                # per group: a single-node fit can only appear on a node the release touched
+                # (nothing fits before the first release); a gang needs the histogram
+                per_node = {g: slack == 0 and need <= st.groups[g].G for g in gset}
+                span = {g: nodes_needed(need, st.groups[g].G) + slack for g in gset}
+                resume = -1  # no fit at all unless a release below makes one possible
+                for idx, (e, r) in enumerate(run_sorted):
+                    a = allocs[r]
+                    g = a.group
+                    ov = over.get(g)
+                    if ov is None:
                         continue
-                elif need and m == WHOLE_GPU_MILLI and gs.top_whole(nodes_needed(need, gs.G) + slack) < need:
-                    continue
-                plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
-                if plan is not None:
-                    when = max(e, now)
+                    gs0 = st.groups[g]
+                    hist = hists[g]
+                    hit = False
+                    for t, i in enumerate(a.nodes):
+                        v = ov.get(i)
+                        if v is None:
+                            v = ov[i] = [int(gs0.whole[i]), int(gs0.cpu[i]), int(gs0.mem[i])]
+                        w0 = v[0]
+                        w1 = w0 + a.whole[t]
+                        if w1 != w0:
+                            hist[w0] -= 1
+                            hist[w1] += 1
+                            v[0] = w1
+                        v[1] += a.cpu[t]
+                        v[2] += a.mem[t]
+                        if w1 >= need and v[1] >= c_ and v[2] >= mm:
+                            hit = True
+                    free_tot[g] += sum(a.whole)
+                    if per_node[g]:
+                        if not hit:
+                            continue
+                    elif free_tot[g] < need or top_from_hist(hist, span[g]) < need:
+                        continue
+                    scratch = _Scratch([None] * len(st.groups))
+                    for g2 in gset:
+                        sc = st.groups[g2].copy()
+                        for i, (w_, cc, mmm) in over[g2].items():
+                            sc.set_free(i, w_, cc, mmm)
+                        scratch.groups[g2] = sc
+                    plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
+                    if plan is not None:
+                        when = max(e, now)
+                    else:
+                        resume = idx + 1  # CPUs or memory bind: go on with the full scratch
                     break
+            if plan is None and resume >= 0:
+                if scratch is None:
+                    scratch = _Scratch([None] * len(st.groups))
+                    for g in gset:
+                        scratch.groups[g] = st.groups[g].copy()
+                for e, r in islice(run_sorted, resume, None):
+                    a = allocs[r]
+                    gs = scratch.groups[a.group]
+                    if gs is None:
+                        continue
+                    gs.give(a)
+                    if node_test:
+                        ok = any(gs.whole[i] >= need and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes)
+                        if not ok:
+                            continue
+                    elif (
+                        need
+                        and m == WHOLE_GPU_MILLI
+                        and gs.top_whole(nodes_needed(need, gs.G) + slack) < need
+                    ):
+                        continue
+                    plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
+                    if plan is not None:
+                        when = max(e, now)
+                        break
             if plan is None:
                 return INF
+            assert scratch is not None
             gs = scratch.groups[plan.group]
             assert gs is not None
             cap = Caps.unlimited(gs.n)
@@ -212,106 +305,152 @@ class Simulator:
             caps_out[plan.group] = (when, cap)
             return when
 
+        def candidates(now: float, shape_blocked: set[int]) -> tuple[I64, FloatArray]:
+            """The queued jobs a cycle must visit, with their sort keys (arrival order).
+
+            Jobs of a shape that fits nowhere can neither start nor change anything, except the
+            first of them (by key, then arrival) per class of eligible groups: it may take an EASY
+            reservation (a later job of the same class finds its groups already covered) or,
+            without backfill, stop the queue. Only those and the jobs of fitting shapes remain.
+            """
+            nonlocal qlo
+            while qlo < i and not in_queue[qlo]:
+                qlo += 1
+            q = np.flatnonzero(in_queue[qlo:i]) + qlo
+            keys = static_keys[q] if static_keys is not None else policy.keys(q, now)
+            if not shape_blocked:
+                return q, keys
+            blocked_shape = np.zeros(n_shapes, dtype=bool)
+            blocked_shape[list(shape_blocked)] = True
+            bmask = blocked_shape[shape_np[q]]
+            free = ~bmask
+            if mode == "greedy":
+                return q[free], keys[free]
+            qb, kb = q[bmask], keys[bmask]
+            cb = class_np[qb]
+            present = np.flatnonzero(np.bincount(cb, minlength=n_classes))
+            if len(present) == 1:
+                heads = [int(np.argmin(kb))]  # first minimum: ties go to the earliest arrival
+            else:
+                heads = []
+                for c in present.tolist():
+                    sub = np.flatnonzero(cb == c)
+                    heads.append(int(sub[np.argmin(kb[sub])]))
+            return np.concatenate((q[free], qb[heads])), np.concatenate((keys[free], kb[heads]))
+
         def cycle(now: float) -> bool:
-            """One scheduling pass; returns True when every queued job failed to fit."""
-            remaining = len(queue_sorted) if static else len(queue)
-            # Failures seen in this cycle. Resources (and reservation caps) only shrink within a
-            # cycle, so a request that failed keeps failing, and so does any request of the same
-            # shape asking for at least as many CPUs and as much memory and running at least as long.
+            """One scheduling pass; True when every job left queued failed on the raw free state.
+
+            Resources (and reservation caps) only shrink within a cycle, so a request that failed
+            keeps failing, and so does any queued request of the same shape asking for at least as
+            many CPUs and as much memory and running at least as long: one vectorized filter
+            retires all of those, and the cycle visits only jobs that may still start. Jobs are
+            visited in (key, arrival) order, a chunk of the smallest keys at a time.
+            """
             shape_blocked: set[int] = set()  # shapes whose GPUs fit nowhere now
-            records: dict[int, list[tuple[int, int, float]]] = {}  # shape -> (cpu, mem, est threshold)
-            counted: dict[int, int] = {}  # uniform shape -> its queued jobs known to be blocked
-            blocked = 0
-            if remaining > PRECHECK_QUEUE:
+            if nq > precheck_queue:
                 # a long queue holds few distinct shapes: test each GPU request once, before ordering
+                blocked = 0
                 for k, count in shape_count.items():
                     r = shape_rep[k]
                     if placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None:
                         shape_blocked.add(k)
                         blocked += count
-                if blocked >= remaining:
-                    return True
-            order: Iterable[int]
-            if static:
-                order = (j for _, j in queue_sorted)  # lazy: a cycle that stops early pays little
-            else:
-                q = np.fromiter(queue, dtype=np.int64, count=len(queue))
-                order = q[np.argsort(policy.keys(q, now), kind="stable")].tolist()
+                if blocked >= nq:
+                    return mode != "none"
+            cq, ck = candidates(now, shape_blocked)
+            alive = np.ones(len(cq), dtype=bool)
+            retire_cols: tuple[I64, I64, I64, FloatArray] | None = None
             reserved: dict[int, tuple[float, Caps]] = {}
             covered: set[int] = set()
             n_res = 0
-            started: list[int] = []
+            soft = False  # a job failed only because of a reservation's caps
+
+            # A reservation is computed only when a later job wants nodes of its groups: until
+            # then nothing has changed there, so computing it later gives the same result, and
+            # a cycle in which no job behind the head can use those groups never pays for it.
+            pending_res: dict[int, int] = {}  # group -> blocked head whose reservation is due
 
             def try_reserve(j: int) -> None:
                 nonlocal n_res
                 if n_res < max_res and covered.isdisjoint(groups_of[j]):
                     n_res += 1
                     covered.update(groups_of[j])
+                    if first_res is None:
+                        for g in groups_of[j]:
+                            pending_res[g] = j
+                        return
                     t_res = reserve(j, now, reserved)
-                    if first_res is not None and t_res < INF and np.isnan(first_res[j]):
+                    if t_res < INF and np.isnan(first_res[j]):
                         first_res[j] = t_res
 
-            for j in order:
-                k = shape[j]
-                if k in shape_blocked:
+            def settle(gset: tuple[int, ...]) -> None:
+                for g in gset:
+                    h = pending_res.get(g)
+                    if h is not None:
+                        for g2 in groups_of[h]:
+                            pending_res.pop(g2, None)
+                        reserve(h, now, reserved)
+
+            pending = np.arange(len(cq))
+            while len(pending):
+                if len(pending) > visit_chunk:
+                    pk = ck[pending]
+                    edge = np.partition(pk, visit_chunk - 1)[visit_chunk - 1]
+                    take = pk <= edge  # every tie of the edge key too, so ties keep arrival order
+                    chunk, pending = pending[take], pending[~take]
+                else:
+                    chunk, pending = pending, pending[:0]
+                chunk = chunk[np.lexsort((cq[chunk], ck[chunk]))]
+                for p, j in zip(chunk.tolist(), cq[chunk].tolist(), strict=True):
+                    if not alive[p]:
+                        continue
+                    k = shape[j]
+                    if k in shape_blocked:
+                        if mode == "none":
+                            return False  # committed head: nothing behind it may start
+                        if mode == "easy":
+                            try_reserve(j)
+                        continue
+                    e_j, c_j, m_j = est[j], cpu[j], mem[j]
+                    gset = groups_of[j]
+                    if pending_res:
+                        settle(gset)
+                    capped: tuple[int, ...] = ()
+                    caps: dict[int, Caps] | None = None
+                    if reserved:
+                        finish = now + e_j
+                        capped = tuple(g for g in gset if g in reserved and finish > reserved[g][0])
+                        if capped:
+                            caps = {g: reserved[g][1] for g in capped}
+                    a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
+                    alive[p] = False
+                    if a is not None:
+                        start_job(j, a, now)
+                        if capped and a.group in capped:
+                            reserved[a.group][1].consume(a)
+                        continue
                     if mode == "none":
-                        blocked = -1  # committed head: nothing behind it may start
-                        break
-                    if mode == "easy":
-                        try_reserve(j)
-                    continue
-                e_j, c_j, m_j = est[j], cpu[j], mem[j]
-                recs = records.get(k)
-                if recs is not None and any(c_j >= c and m_j >= m and e_j > thr for c, m, thr in recs):
-                    if not uniform[k]:
-                        blocked += 1
-                        if blocked >= remaining:
-                            break
-                    continue
-                gset = groups_of[j]
-                capped: tuple[int, ...] = ()
-                caps: dict[int, Caps] | None = None
-                if reserved:
-                    finish = now + e_j
-                    capped = tuple(g for g in gset if g in reserved and finish > reserved[g][0])
-                    if capped:
-                        caps = {g: reserved[g][1] for g in capped}
-                a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
-                if a is None:
-                    if mode == "none":
-                        blocked = -1
-                        break
+                        return False
                     # jobs running past the latest of these reservations are capped on a superset
                     # of these groups: with at least these requests they cannot start either
-                    thr = max(reserved[g][0] for g in capped) - now if capped else -INF
-                    records.setdefault(k, []).append((c_j, m_j, thr))
-                    if uniform[k]:
-                        ests = shape_ests[k]
-                        nb = len(ests) - bisect_right(ests, thr) if capped else shape_count[k]
-                        blocked += nb - counted.get(k, 0)
-                        counted[k] = nb
+                    if capped:
+                        soft = True
+                        thr = max(reserved[g][0] for g in capped) - now
                     else:
-                        blocked += 1
-                    if not capped and mode == "easy":
-                        try_reserve(j)
-                    if blocked >= remaining:
-                        break
-                    continue
-                start_job(j, a, now)
-                started.append(j)
-                remaining -= 1
-                if capped and a.group in capped:
-                    reserved[a.group][1].consume(a)
-                if blocked >= remaining:
-                    break
-            for j in started:
-                if static:
-                    del queue_sorted[bisect_left(queue_sorted, (static_keys[j], j))]  # type: ignore[index]
-                else:
-                    del queue[bisect_left(queue, j)]
-            return blocked >= remaining > 0 or remaining == 0
+                        thr = -INF
+                        if mode == "easy":
+                            try_reserve(j)
+                    if not retire:
+                        continue
+                    if retire_cols is None:
+                        retire_cols = (shape_np[cq], cpu_np[cq], mem_np[cq], est_np[cq])
+                    s_, c_, m_, e_ = retire_cols
+                    alive &= ~((s_ == k) & (c_ >= c_j) & (m_ >= m_j) & (e_ > thr))
+                if len(pending):
+                    pending = pending[alive[pending]]
+            return nq == 0 or (mode != "none" and not soft)
 
-        i = lo
         while True:
             t_arr = submit[i] if i < hi else INF
             t_end = heap[0][0] if heap else INF
@@ -323,24 +462,20 @@ class Simulator:
                 _, r = heapq.heappop(heap)
                 a = allocs.pop(r)
                 st.give(a)
-                run_sorted.remove((start[r] + est[r], r))
+                del run_sorted[bisect_left(run_sorted, (start[r] + est[r], r))]
                 released = True
                 if track:
                     policy.on_end(r, now)
             first_new = i
             while i < hi and submit[i] <= now:
-                if static:
-                    insort(queue_sorted, (static_keys[i], i))  # type: ignore[index]
-                else:
-                    queue.append(i)
+                in_queue[i] = True
+                nq += 1
                 k = shape[i]
                 shape_count[k] = shape_count.get(k, 0) + 1
-                insort(shape_ests.setdefault(k, []), est[i])
                 shape_rep.setdefault(k, i)
                 i += 1
-            qlen = len(queue_sorted) if static else len(queue)
-            if qlen:
-                run_cycle = released or not all_blocked
+            if nq:
+                run_cycle = released or not all_blocked or not skip_idle
                 if not run_cycle:
                     for k in range(first_new, i):
                         if placer.place(st, gpus[k], milli[k], cpu[k], mem[k], groups_of[k], None, slack):
@@ -351,11 +486,10 @@ class Simulator:
                     cycles += 1
             tl_t.append(now)
             tl_busy.append(st.busy_milli / WHOLE_GPU_MILLI)
-            tl_q.append(len(queue_sorted) if static else len(queue))
-            if not heap and i >= hi and tl_q[-1]:
+            tl_q.append(nq)
+            if not heap and i >= hi and nq:
                 raise SimulationError(
-                    f"{tl_q[-1]} job(s) can never start on an idle cluster "
-                    "(binding should have excluded them)"
+                    f"{nq} job(s) can never start on an idle cluster (binding should have excluded them)"
                 )
 
         self.first_reservation = first_res

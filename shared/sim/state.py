@@ -45,6 +45,19 @@ class Alloc:
         return sum(self.whole) * WHOLE_GPU_MILLI + (self.milli if self.frac_gpu >= 0 else 0)
 
 
+def top_from_hist(hist: list[int], m: int) -> int:
+    """Free whole GPUs on the ``m`` fullest-free nodes, given ``hist[k]`` = nodes with k GPUs free."""
+    total = 0
+    for k in range(len(hist) - 1, 0, -1):
+        c = hist[k]
+        if c:
+            if c >= m:
+                return total + m * k
+            total += c * k
+            m -= c
+    return total
+
+
 class GroupState:
     """Free resources of the nodes of one node group."""
 
@@ -99,6 +112,12 @@ class GroupState:
                 total += c * k
                 m -= c
         return total
+
+    def set_free(self, i: int, whole: int, cpu: int, mem: int) -> None:
+        """Set node i's free resources directly (scratch copies replaying releases)."""
+        self._set_whole(i, whole)
+        self.cpu[i] = cpu
+        self.mem[i] = mem
 
     def copy(self) -> GroupState:
         other = GroupState.__new__(GroupState)

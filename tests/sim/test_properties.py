@@ -447,3 +447,36 @@ def test_job_range_is_the_slice_alone(
     alone = Simulator(alone_bound, make_policy(policy), cfg).run()
     np.testing.assert_array_equal(part.start[lo:hi], alone.start)
     np.testing.assert_array_equal(part.nodes_used[lo:hi], alone.nodes_used)
+
+
+@SETTINGS
+@given(
+    scenario=scenarios(),
+    policy=st.sampled_from(POLICY_NAMES),
+    backfill=st.sampled_from(MODES),
+    placement=st.sampled_from(PLACEMENTS),
+    oracle=st.booleans(),
+    max_res=st.sampled_from([0, 1]),
+)
+def test_speed_shortcuts_do_not_change_the_schedule(
+    scenario: Scenario, policy: str, backfill: str, placement: str, oracle: bool, max_res: int
+) -> None:
+    """With every shortcut forced on (shape pre-check from the first queued job, tiny visit
+    chunks, lazy reservations, dominated requests retired, skipped idle cycles), the schedule equals
+    the plain one (a full cycle at every event that tries every queued job in order)."""
+    bound = scenario.bind()
+    cfg = SimConfig(
+        backfill=backfill,  # type: ignore[arg-type]
+        placement=placement,
+        oracle_runtimes=oracle,
+        node_slack=scenario.node_slack,
+        max_reservations=max_res,
+    )
+    plain = Simulator(bound, make_policy(policy), cfg)
+    plain.precheck_queue, plain.visit_chunk, plain.skip_idle_cycles = 10**9, 10**9, False
+    plain.retire_dominated = False
+    fast = Simulator(bound, make_policy(policy), cfg)
+    fast.precheck_queue, fast.visit_chunk, fast.skip_idle_cycles = 0, 2, True
+    a, b = plain.run(), fast.run()
+    np.testing.assert_array_equal(a.start, b.start)
+    np.testing.assert_array_equal(a.nodes_used, b.nodes_used)

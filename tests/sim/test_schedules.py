@@ -761,3 +761,17 @@ def test_easy_reservation_of_a_gang_is_kept(placement: str, max_res: int) -> Non
     first = dict(zip(res.jobs.ids.tolist(), sim.first_reservation.tolist(), strict=True))
     assert first["H"] == 100.0
     assert starts(res) == {"A": 0.0, "H": 100.0, "B": 2.0}
+
+
+# A failed request retires the queued requests it dominates, but only those that run at least as
+# long: a shorter job of the same shape may still backfill. One node, 4 GPUs, FCFS, EASY, oracle.
+#   A: 2 GPUs, 0-100.  H: 4 GPUs, submit 1 -> blocked, reserved at 100 on all 4 GPUs.
+#   L: 1 GPU, 200 s, submit 2 -> would end at 202 > 100 and the reservation leaves no GPU: fails.
+#   S: 1 GPU, 50 s, submit 2 (same shape as L, behind it) -> ends at 52 <= 100: starts at 2.
+#   At 100 A ends: H starts (4 GPUs) and ends at 110, when L starts.
+@pytest.mark.parametrize("placement", ["first-fit", "best-fit"])
+def test_failed_long_job_does_not_retire_a_shorter_one(placement: str) -> None:
+    spec = cluster({"gpus": 4})
+    jobs = table(job("A", 0, 100, 2), job("H", 1, 10, 4), job("L", 2, 200, 1), job("S", 2, 50, 1))
+    res, _, _ = simulate(jobs, spec, backfill="easy", placement=placement, oracle_runtimes=True)
+    assert starts(res) == {"A": 0.0, "H": 100.0, "L": 110.0, "S": 2.0}
