@@ -16,7 +16,8 @@ Rules shared by every strategy:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.sim.state import I64, Alloc, ClusterState, GroupState
 
 BIG = 1 << 60
+_NO_NODES: set[int] = set()
 
 
 @dataclass(slots=True)
@@ -34,6 +36,7 @@ class Caps:
     cpu: I64
     mem: I64
     frac_blocked: np.ndarray  # nodes a fractional backfill job must not touch
+    frac_blocked_set: set[int] = field(default_factory=set)  # the same nodes, for quick tests
 
     @staticmethod
     def unlimited(n: int) -> Caps:
@@ -43,6 +46,11 @@ class Caps:
             np.full(n, BIG, dtype=np.int64),
             np.zeros(n, dtype=bool),
         )
+
+    def block_shares(self, i: int) -> None:
+        """Node i is needed by the reservation: no GPU share may be taken there."""
+        self.frac_blocked[i] = True
+        self.frac_blocked_set.add(i)
 
     def consume(self, a: Alloc) -> None:
         for k, i in enumerate(a.nodes):
@@ -68,6 +76,22 @@ def _best_in_buckets(gs: GroupState, gpus: int, cpu: int, mem: int) -> tuple[int
         for i in gs.bucket[k]:
             if cpus[i] >= cpu and mems[i] >= mem:
                 return k, i
+    return None
+
+
+def _tightest_share(
+    gs: GroupState, milli: int, cpu: int, mem: int, skip: set[int]
+) -> tuple[int, int, int] | None:
+    """(free, node, GPU) of the partly used GPU with the least free that still holds ``milli``, on
+    a node with the CPUs and memory and not in ``skip``; ties go to the lowest node and GPU, as an
+    array scan would."""
+    partial = gs.partial
+    assert partial is not None
+    cpus, mems = gs.cpu, gs.mem
+    for k in range(bisect_left(partial, (milli, -1, -1)), len(partial)):
+        v, i, gpu = partial[k]
+        if cpus[i] >= cpu and mems[i] >= mem and i not in skip:
+            return v, i, gpu
     return None
 
 
@@ -217,12 +241,23 @@ class Placer:
         groups: tuple[int, ...],
         caps: dict[int, Caps] | None,
     ) -> Alloc | None:
-        best: tuple[int, Alloc] | None = None
-        for g in groups:
+        found: list[tuple[int, int, Alloc]] = []  # (leftover, position in groups, allocation)
+        whole_later: list[tuple[int, GroupState, Caps | None]] = []
+        for pos, g in enumerate(groups):
             gs = st.groups[g]
-            if gs.gfree is None or gs.maxfrac is None:
+            if gs.gfree is None or gs.maxfrac is None or gs.partial is None:
                 raise RuntimeError(f"group {g} does not track GPU shares but got a fractional job")
             cap = caps.get(g) if caps else None
+            if self.best:
+                # a reservation's caps bind only on its own nodes, where shares are not allowed
+                skip = cap.frac_blocked_set if cap is not None else _NO_NODES
+                hit = _tightest_share(gs, milli, cpu, mem, skip)
+                if hit is None:
+                    whole_later.append((pos, gs, cap))  # only a free whole GPU is left here
+                else:
+                    v, i, gpu = hit
+                    found.append((v - milli, pos, Alloc(gs.index, [i], [0], [cpu], [mem], None, gpu, milli)))
+                continue
             _, cpus, mems = _views(gs, cap)
             ok = (gs.maxfrac >= milli) & (cpus >= cpu) & (mems >= mem)
             if cap is not None:
@@ -238,10 +273,32 @@ class Placer:
             val = np.where(sub >= milli, sub, BIG)
             flat = int(np.argmin(val))
             r, gpu = divmod(flat, sub.shape[1])
-            score = int(val[r, gpu]) - milli
-            if best is None or score < best[0]:
-                best = (score, Alloc(gs.index, [int(cand[r])], [0], [cpu], [mem], None, gpu, milli))
-        return None if best is None else best[1]
+            found.append(
+                (
+                    int(val[r, gpu]) - milli,
+                    pos,
+                    Alloc(gs.index, [int(cand[r])], [0], [cpu], [mem], None, gpu, milli),
+                )
+            )
+        if whole_later and min((f[0] for f in found), default=BIG) >= WHOLE_GPU_MILLI - milli:
+            for pos, gs, cap in whole_later:
+                ok = (gs.whole >= 1) & (gs.cpu >= cpu) & (gs.mem >= mem)
+                if cap is not None:
+                    ok &= ~cap.frac_blocked
+                cand = np.flatnonzero(ok)
+                if len(cand):
+                    i = int(cand[0])
+                    gpu = int(np.flatnonzero(gs.gfree[i] == WHOLE_GPU_MILLI)[0])  # type: ignore[index]
+                    found.append(
+                        (
+                            WHOLE_GPU_MILLI - milli,
+                            pos,
+                            Alloc(gs.index, [i], [0], [cpu], [mem], None, gpu, milli),
+                        )
+                    )
+        if not found:
+            return None
+        return min(found, key=lambda f: (f[0], f[1]))[2]
 
     # -- no GPU at all ----------------------------------------------------------------------------
     def _cpu_only(

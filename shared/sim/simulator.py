@@ -301,7 +301,7 @@ class Simulator:
                 cap.whole[i] = gs.whole[i] - plan.whole[k] - extra
                 cap.cpu[i] = gs.cpu[i] - plan.cpu[k]
                 cap.mem[i] = gs.mem[i] - plan.mem[k]
-                cap.frac_blocked[i] = True
+                cap.block_shares(i)
             caps_out[plan.group] = (when, cap)
             return when
 

@@ -11,6 +11,7 @@ nothing for them.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,8 @@ class GroupState:
         "maxfrac",
         "mem",
         "n",
+        "node_partial",
+        "partial",
         "whole",
     )
 
@@ -92,6 +95,10 @@ class GroupState:
         self.bucket: list[set[int]] = [set() for _ in range(gpus + 1)]
         self.bucket[gpus].update(range(n))
         self.free_whole = n * gpus
+        # partly used GPUs as sorted (free milli-GPUs, node, GPU): best-fit for a share is the
+        # first entry with enough free on a node with the CPUs and memory, no array scan
+        self.partial: list[tuple[int, int, int]] | None = [] if self.gfree is not None else None
+        self.node_partial: dict[int, list[tuple[int, int, int]]] = {}
 
     def max_whole(self) -> int:
         bucket = self.bucket
@@ -127,6 +134,8 @@ class GroupState:
         other.maxfrac = None if self.maxfrac is None else self.maxfrac.copy()
         other.bucket = [set(b) for b in self.bucket]
         other.free_whole = self.free_whole
+        other.partial = None if self.partial is None else list(self.partial)
+        other.node_partial = {i: list(v) for i, v in self.node_partial.items()}
         return other
 
     def _set_whole(self, i: int, new: int) -> None:
@@ -172,10 +181,18 @@ class GroupState:
             self._refresh_node(i)
 
     def _refresh_node(self, i: int) -> None:
-        assert self.gfree is not None and self.maxfrac is not None
-        row = self.gfree[i]
-        self._set_whole(i, int(np.count_nonzero(row == WHOLE_GPU_MILLI)))
-        self.maxfrac[i] = int(row.max()) if self.G else 0
+        assert self.gfree is not None and self.maxfrac is not None and self.partial is not None
+        row = self.gfree[i].tolist()
+        self._set_whole(i, row.count(WHOLE_GPU_MILLI))
+        self.maxfrac[i] = max(row) if self.G else 0
+        partial = self.partial
+        for entry in self.node_partial.pop(i, ()):
+            del partial[bisect_left(partial, entry)]
+        mine = [(v, i, g) for g, v in enumerate(row) if 0 < v < WHOLE_GPU_MILLI]
+        if mine:
+            self.node_partial[i] = mine
+            for entry in mine:
+                insort(partial, entry)
 
 
 class ClusterState:
@@ -209,6 +226,14 @@ class ClusterState:
                 raise AssertionError(f"group {g.name}: free memory out of range")
             if st.gfree is not None and ((st.gfree < 0).any() or (st.gfree > WHOLE_GPU_MILLI).any()):
                 raise AssertionError(f"group {g.name}: per-GPU share out of range")
+            if st.gfree is not None:
+                expect = sorted(
+                    (int(v), int(i), int(k))
+                    for (i, k), v in np.ndenumerate(st.gfree)
+                    if 0 < v < WHOLE_GPU_MILLI
+                )
+                if st.partial != expect:
+                    raise AssertionError(f"group {g.name}: list of partly used GPUs out of sync")
             if any(int(st.whole[i]) != k for k, b in enumerate(st.bucket) for i in b):
                 raise AssertionError(f"group {g.name}: free-GPU buckets out of sync")
             if sum(len(b) for b in st.bucket) != st.n or st.free_whole != int(st.whole.sum()):
