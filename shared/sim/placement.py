@@ -68,7 +68,7 @@ def _views(gs: GroupState, cap: Caps | None) -> tuple[I64, I64, I64]:
 def _best_in_buckets(gs: GroupState, gpus: int, cpu: int, mem: int) -> tuple[int, int] | None:
     """(free GPUs, node) of the fullest node that still holds the request, via the free-GPU buckets.
 
-    Among equally full nodes the first one in the bucket's (deterministic) order that has the CPUs
+    Among equally full nodes the lowest id (buckets are kept sorted) that has the CPUs
     and memory wins: a tie-break that costs O(1) instead of a scan of a 500-node group.
     """
     cpus, mems = gs.cpu, gs.mem

@@ -90,10 +90,11 @@ class GroupState:
         self.maxfrac: I64 | None = (
             np.full(n, WHOLE_GPU_MILLI if gpus else 0, dtype=np.int64) if self.gfree is not None else None
         )
-        # bucket[k] = the nodes with exactly k whole GPUs free: its size is the free-GPU histogram,
-        # and best-fit picks nodes from it instead of scanning arrays
-        self.bucket: list[set[int]] = [set() for _ in range(gpus + 1)]
-        self.bucket[gpus].update(range(n))
+        # bucket[k] = the nodes with exactly k whole GPUs free, in ascending id order: its size is
+        # the free-GPU histogram, and best-fit picks nodes from it instead of scanning arrays,
+        # breaking ties by lowest node id exactly as an array scan (argmin) does
+        self.bucket: list[list[int]] = [[] for _ in range(gpus + 1)]
+        self.bucket[gpus].extend(range(n))
         self.free_whole = n * gpus
         # partly used GPUs as sorted (free milli-GPUs, node, GPU): best-fit for a share is the
         # first entry with enough free on a node with the CPUs and memory, no array scan
@@ -132,7 +133,7 @@ class GroupState:
         other.whole, other.cpu, other.mem = self.whole.copy(), self.cpu.copy(), self.mem.copy()
         other.gfree = None if self.gfree is None else self.gfree.copy()
         other.maxfrac = None if self.maxfrac is None else self.maxfrac.copy()
-        other.bucket = [set(b) for b in self.bucket]
+        other.bucket = [list(b) for b in self.bucket]
         other.free_whole = self.free_whole
         other.partial = None if self.partial is None else list(self.partial)
         other.node_partial = {i: list(v) for i, v in self.node_partial.items()}
@@ -141,8 +142,9 @@ class GroupState:
     def _set_whole(self, i: int, new: int) -> None:
         old = int(self.whole[i])
         if old != new:
-            self.bucket[old].discard(i)
-            self.bucket[new].add(i)
+            b = self.bucket[old]
+            del b[bisect_left(b, i)]
+            insort(self.bucket[new], i)
             self.free_whole += new - old
             self.whole[i] = new
 
@@ -236,5 +238,7 @@ class ClusterState:
                     raise AssertionError(f"group {g.name}: list of partly used GPUs out of sync")
             if any(int(st.whole[i]) != k for k, b in enumerate(st.bucket) for i in b):
                 raise AssertionError(f"group {g.name}: free-GPU buckets out of sync")
+            if any(b != sorted(set(b)) for b in st.bucket):
+                raise AssertionError(f"group {g.name}: a free-GPU bucket is not in ascending id order")
             if sum(len(b) for b in st.bucket) != st.n or st.free_whole != int(st.whole.sum()):
                 raise AssertionError(f"group {g.name}: free-GPU histogram out of sync")
