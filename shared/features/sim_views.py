@@ -1,0 +1,184 @@
+"""Building the feature views from the simulator's state, cheaply enough to do at every decision.
+
+``SimViewBuilder`` precomputes everything that does not change during a run (the eligibility row
+of every job class, per-group capacities); a decision then costs a few fancy-indexes and one
+concatenation per node array. ``RunningJobs`` keeps the running jobs in numpy arrays sorted by
+estimated end, so the simulator does not rebuild them from its allocation dict each decision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
+from shared.sim.binding import BoundWorkload
+from shared.sim.state import ClusterState
+
+__all__ = ["RunningJobs", "SimViewBuilder"]
+
+
+class RunningJobs:
+    """The running jobs as arrays (job, group, estimated end), kept sorted by estimated end.
+
+    Sorted because the future-availability feature bins sorted ends in O(R) instead of a binary
+    search per job. Adding or removing a job shifts the tail of three arrays (a memmove, a few
+    microseconds for thousands of jobs) and finds its slot by binary search.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._job = np.zeros(capacity, dtype=np.int64)
+        self._group = np.zeros(capacity, dtype=np.int64)
+        self._end = np.zeros(capacity, dtype=np.float64)
+        self._end_of: dict[int, float] = {}  # job -> its estimated end (to find it on removal)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, job: int) -> bool:
+        return job in self._end_of
+
+    def add(self, job: int, group: int, est_end: float) -> None:
+        if job in self._end_of:
+            raise ValueError(f"job {job} is already running")
+        n = self._n
+        if n == len(self._job):
+            grow = max(n, 16)
+            self._job = np.concatenate((self._job, np.zeros(grow, dtype=np.int64)))
+            self._group = np.concatenate((self._group, np.zeros(grow, dtype=np.int64)))
+            self._end = np.concatenate((self._end, np.zeros(grow)))
+        k = int(np.searchsorted(self._end[:n], est_end, side="right"))
+        for arr in (self._job, self._group, self._end):
+            arr[k + 1 : n + 1] = arr[k:n]
+        self._job[k], self._group[k], self._end[k] = job, group, est_end
+        self._end_of[job] = est_end
+        self._n = n + 1
+
+    def remove(self, job: int) -> None:
+        est_end = self._end_of.pop(job)
+        n = self._n
+        k = int(np.searchsorted(self._end[:n], est_end, side="left"))
+        while self._job[k] != job:  # past other jobs with the same end
+            k += 1
+        for arr in (self._job, self._group, self._end):
+            arr[k : n - 1] = arr[k + 1 : n]
+        self._n = n - 1
+
+    @property
+    def jobs(self) -> IntArray:
+        return self._job[: self._n]
+
+    @property
+    def group(self) -> IntArray:
+        return self._group[: self._n]
+
+    @property
+    def est_end(self) -> FloatArray:
+        return self._end[: self._n]
+
+
+class SimViewBuilder:
+    """Views of a simulated decision: pass the queued job indices, the state and the running jobs.
+
+    ``estimate`` is what the scheduler believes each job's runtime is (the simulator's ``est``:
+    estimates, or true runtimes in the oracle setting), indexed like ``workload.jobs``. The views'
+    value checks are off by default (the simulator's state is valid by construction; shapes are
+    still checked); ``check_values=True`` turns them on, for tests.
+    """
+
+    def __init__(
+        self,
+        workload: BoundWorkload,
+        estimate: npt.ArrayLike,
+        node_slack: int | None = None,
+        check_values: bool = False,
+    ) -> None:
+        spec = workload.spec
+        jobs = workload.jobs
+        groups = spec.node_groups
+        n_groups = len(groups)
+        est = np.asarray(estimate, dtype=np.float64)
+        if est.shape != (len(jobs),):
+            raise ValueError(f"estimate has shape {est.shape}, expected ({len(jobs)},)")
+        if np.isnan(est).any():
+            raise ValueError("estimate holds NaN: apply an estimate model or use true runtimes")
+        class_elig = np.zeros((len(workload.class_groups), n_groups), dtype=bool)
+        for c, members in enumerate(workload.class_groups):
+            class_elig[c, list(members)] = True
+        self.workload = workload
+        self._elig = class_elig[workload.job_class]
+        self._est = np.maximum(est, 0.0)
+        self._demand = jobs.gpu_demand
+        self._gpus, self._milli = jobs.gpus, jobs.gpu_milli
+        self._cpus, self._mem = jobs.cpus_milli, jobs.mem_mib
+        self._submit, self._user, self._vc = jobs.submit, jobs.user, jobs.vc
+        self._n_vcs = max(len(jobs.vcs), int(jobs.vc.max()) + 1 if len(jobs) else 1)
+        types = spec.gpu_types
+        self._type_names = types
+        self._gpu_type = np.array([types.index(g.gpu_type) for g in groups], dtype=np.int64)
+        self._gpn = np.array([g.gpus for g in groups], dtype=np.int64)
+        self._count = np.array([g.count for g in groups], dtype=np.int64)
+        self._cap_cpu = np.array([g.cpus_milli for g in groups], dtype=np.int64)
+        self._cap_mem = np.array([g.mem_mib for g in groups], dtype=np.int64)
+        self._slack = workload.node_slack if node_slack is None else node_slack
+        self._check = check_values
+
+    def queue_view(self, queued: npt.ArrayLike) -> QueueView:
+        """The queue of a decision: ``queued`` are indices into ``workload.jobs``."""
+        idx = np.asarray(queued, dtype=np.int64)
+        return QueueView(
+            gpus=self._gpus[idx],
+            gpu_milli=self._milli[idx],
+            cpus_milli=self._cpus[idx],
+            mem_mib=self._mem[idx],
+            est_runtime_s=self._est[idx],
+            submit_s=self._submit[idx],
+            user=self._user[idx],
+            vc=self._vc[idx],
+            eligible=self._elig[idx],
+            n_vcs=self._n_vcs,
+            check_values=self._check,
+        )
+
+    def cluster_view(
+        self,
+        state: ClusterState,
+        running_jobs: npt.ArrayLike,
+        running_group: npt.ArrayLike,
+        running_est_end: npt.ArrayLike,
+    ) -> ClusterView:
+        """Free resources from ``state``; running jobs as indices, their group and estimated end."""
+        groups = state.groups
+        free = np.concatenate([gs.whole for gs in groups])
+        share = np.concatenate(
+            [
+                gs.maxfrac if gs.maxfrac is not None else np.where(gs.whole > 0, WHOLE_GPU_MILLI, 0)
+                for gs in groups
+            ]
+        )
+        run = np.asarray(running_jobs, dtype=np.int64)
+        return ClusterView(
+            gpu_type=self._gpu_type,
+            gpus_per_node=self._gpn,
+            node_count=self._count,
+            cpus_per_node_milli=self._cap_cpu,
+            mem_per_node_mib=self._cap_mem,
+            free_gpus=free,
+            free_share_milli=share,
+            free_cpus_milli=np.concatenate([gs.cpu for gs in groups]),
+            free_mem_mib=np.concatenate([gs.mem for gs in groups]),
+            run_group=np.asarray(running_group, dtype=np.int64),
+            run_gpus=self._demand[run],
+            run_end_s=np.asarray(running_est_end, dtype=np.float64),
+            node_slack=self._slack,
+            gpu_type_names=self._type_names,
+            check_values=self._check,
+        )
+
+    def views(
+        self, state: ClusterState, queued: npt.ArrayLike, running: RunningJobs
+    ) -> tuple[QueueView, ClusterView]:
+        """Both views of a decision, with the running jobs kept in a ``RunningJobs``."""
+        return self.queue_view(queued), self.cluster_view(state, running.jobs, running.group, running.est_end)
