@@ -9,12 +9,14 @@ minus its priority.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.sim.binding import BoundWorkload
+from shared.sim.state import Alloc, ClusterState
 
 
 @dataclass
@@ -54,6 +56,12 @@ class Policy(ABC):
     @abstractmethod
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         """Sort keys of jobs ``idx`` at time ``now``; smaller starts first."""
+
+    def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:  # noqa: B027
+        """Called once at the start of a run with the simulator's live cluster state and the live
+        map of running jobs to their allocations (read-only). A learned prioritizer builds its
+        observation (free resources, running jobs) from these at each ``keys`` call; base policies
+        ignore them."""
 
     def on_start(self, j: int, now: float) -> None:  # noqa: B027 - optional hook
         """Job ``j`` started at ``now``."""

@@ -155,6 +155,7 @@ class Simulator:
         end = np.full(n, np.nan)
         nodes_used = np.zeros(n, dtype=np.int64)
         allocs: dict[int, Alloc] = {}
+        policy.attach(st, allocs)
         heap: list[tuple[float, int]] = []
         run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
         # The queue: jobs arrive in index order, so every queued job lies in [qlo, i) and a mask

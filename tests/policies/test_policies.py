@@ -317,3 +317,41 @@ def test_multifactor_default_weights() -> None:
     assert (w.age, w.job_size, w.fairshare, w.partition, w.qos) == (1000,) * 5
     assert w.max_age_s == w.decay_half_life_s == 7 * 86400
     assert w.favor_small is False
+
+
+def test_attach_gives_the_live_state_and_allocations() -> None:
+    """A policy that observes the cluster sees the simulator's live state at every decision: the
+    running jobs' allocations and the free GPUs match what has started by then."""
+    from shared.policies.classic import FCFS
+    from shared.sim.config import SimConfig
+    from shared.sim.simulator import Simulator
+
+    class Spy(FCFS):
+        dynamic = True
+
+        def attach(self, state, allocs):  # type: ignore[no-untyped-def]
+            self.state, self.allocs = state, allocs
+            self.seen: list[tuple[float, list[int], int]] = []
+
+        def keys(self, idx, now):  # type: ignore[no-untyped-def]
+            running = sorted(self.allocs)
+            self.seen.append((now, running, int(self.state.groups[0].whole.sum())))
+            return super().keys(idx, now)
+
+    spec = parse_cluster_spec(
+        {
+            "name": "t",
+            "node_groups": [
+                {"name": "g", "gpu_type": "A", "count": 1, "gpus": 4, "cpus": 64, "mem_gib": 512}
+            ],
+        },
+        "t",
+    )
+    jobs = build_table(
+        ids=["a", "b", "c"], submit=[0, 1, 2], runtime=[10, 10, 10], gpus=[2, 2, 2], estimate=[10, 10, 10]
+    )
+    spy = Spy()
+    Simulator(bind_jobs(jobs, spec), spy, SimConfig(backfill="greedy")).run()
+    # t=0: nothing runs, 4 free; t=1: a runs, 2 free; t=2: a and b run and c does not fit, so
+    # no decision is asked for (the idle cycle is skipped); t=10: a ended, b runs, 2 free
+    assert spy.seen == [(0.0, [], 4), (1.0, [0], 2), (10.0, [1], 2)]
