@@ -28,13 +28,25 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _load(
-    trace: str | None, cluster: str | None, jobs: int, seed: int, estimates: str, node_slack: int
+    trace: str | None,
+    cluster: str | None,
+    jobs: int,
+    seed: int,
+    estimates: str,
+    node_slack: int,
+    load: float | None = None,
 ) -> PreparedWorkload:
     from shared.traces import TraceFormatError, TraceNotFoundError
 
     try:
         return prepare_workload(
-            trace, cluster, n_jobs=jobs, seed=seed, estimates=estimates, node_slack=node_slack
+            trace,
+            cluster,
+            n_jobs=jobs,
+            seed=seed,
+            estimates=estimates,
+            node_slack=node_slack,
+            target_load=load,
         )
     except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
         raise _fail(str(err)) from None
@@ -70,6 +82,12 @@ def simulate_command(
     jobs: Annotated[int, typer.Option(help="jobs of the embedded workload")] = 20_000,
     seed: Annotated[int, typer.Option(help="seed for the workload, estimates and window choice")] = 0,
     node_slack: Annotated[int, typer.Option(help="extra nodes a gang may span")] = 0,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            help="rescale arrival gaps so the workload offers this load (e.g. 0.85); default: as is"
+        ),
+    ] = None,
     paper: Annotated[
         bool,
         typer.Option(
@@ -112,7 +130,7 @@ def simulate_command(
 
     t0 = time.perf_counter()
     with console.status("loading workload"):
-        work = _load(trace, cluster, jobs, seed, estimates, node_slack)
+        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load)
     spec = work.spec
     console.print(
         f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
@@ -166,6 +184,7 @@ def simulate_command(
         "excluded": [{"reason": e.reason, "count": e.count} for e in work.exclusions],
         "config": config.model_dump(),
         "estimates": estimates,
+        "target_load": load,
         "windows": [w.label for w in chosen],
         "warmup": warmup,
         "split": split,
