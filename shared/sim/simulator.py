@@ -27,6 +27,7 @@ import heapq
 import math
 import time
 from bisect import bisect_left, insort
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
@@ -37,6 +38,7 @@ from shared.policies.base import Policy, PolicyContext
 from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
 from shared.sim.placement import Caps, Placer, make_placer
+from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
 from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
 
@@ -69,6 +71,10 @@ class Simulator:
     skip_idle_cycles: bool = True
     #: a failed request also retires the queued requests it dominates (same shape, no smaller)
     retire_dominated: bool = True
+    #: reservations replay releases on a light overlay instead of a full scratch copy
+    overlay_reservations: bool = True
+    #: single-node reservations answer from cached per-node release profiles
+    node_release_profiles: bool = True
 
     def __init__(
         self,
@@ -140,6 +146,8 @@ class Simulator:
         slack = cfg.node_slack
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
+        overlay, profiles = self.overlay_reservations, self.node_release_profiles
+        releases = NodeReleases()
         mode = cfg.backfill
         max_res = cfg.max_reservations or 1 << 30
         static = not policy.dynamic
@@ -158,6 +166,7 @@ class Simulator:
         policy.attach(st, allocs)
         heap: list[tuple[float, int]] = []
         run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
+        run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
         # The queue: jobs arrive in index order, so every queued job lies in [qlo, i) and a mask
         # over that range gives the queue in arrival order as one vectorized call.
         in_queue = np.zeros(n, dtype=bool)
@@ -185,6 +194,9 @@ class Simulator:
             nodes_used[j] = len(a.nodes)
             heapq.heappush(heap, (e, j))
             insort(run_sorted, (now + est[j], j))
+            insort(run_by_group.setdefault(a.group, []), (now + est[j], j))
+            if profiles and st.groups[a.group].gfree is None:
+                releases.add(j, now + est[j], a)
             k = shape[j]
             c = shape_count[k] - 1
             if c:
@@ -194,13 +206,38 @@ class Simulator:
             if track:
                 policy.on_start(j, now)
 
+        def first_node_fit(
+            node_groups: list[int], need: int, c_: int, mm: int
+        ) -> tuple[tuple[float, int], int, int, tuple[int, int, int]] | None:
+            """The first release (in estimated-end order) after which a node of these groups holds
+            the request, and the node the placer would pick then: with nothing fitting before, only
+            the released job's nodes can newly fit, and among them best-fit takes the fullest
+            (then lowest id), first-fit the lowest id."""
+            first: tuple[float, int] | None = None
+            picks: list[tuple[int, int, int, int, int]] = []  # (free GPUs, node, group, cpu, mem)
+            for g in node_groups:
+                gs = st.groups[g]
+                for i in range(gs.n):
+                    f = releases.first_fit(gs, i, need, c_, mm)
+                    if f is None:
+                        continue
+                    if first is None or f[0] < first:
+                        first, picks = f[0], [(f[1], i, g, f[2], f[3])]
+                    elif f[0] == first:
+                        picks.append((f[1], i, g, f[2], f[3]))
+            if first is None:
+                return None
+            w_at, i, g, c_at, m_at = min(picks) if placer.best else min(picks, key=lambda p: p[1])
+            return first, g, i, (w_at, c_at, m_at)
+
         def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
             """Earliest estimated start of blocked job j and the caps that protect it.
 
             Running jobs are released in order of estimated end until j fits. For whole-GPU jobs
-            on groups without per-GPU shares the releases are first replayed on a light overlay
-            (free resources of the touched nodes plus the free-GPU histogram); the full scratch
-            copy is built only once a release makes a fit possible.
+            on groups without per-GPU shares, groups where j takes one node answer from cached
+            per-node release profiles (``NodeReleases``), and the other groups replay releases on a
+            light overlay (free resources of the touched nodes plus the free-GPU histogram); a full
+            scratch copy is built only once a release makes a gang fit possible.
             """
             gset = groups_of[j]
             need, m, c_, mm = gpus[j], milli[j], cpu[j], mem[j]
@@ -210,21 +247,33 @@ class Simulator:
             plan: Alloc | None = None
             scratch: _Scratch | None = None
             resume = 0
-            if need and m == WHOLE_GPU_MILLI and all(st.groups[g].gfree is None for g in gset):
-                over: dict[int, dict[int, list[int]]] = {g: {} for g in gset}
-                hists = {g: [len(b) for b in st.groups[g].bucket] for g in gset}
-                free_tot = {g: st.groups[g].free_whole for g in gset}
-                # per group: a single-node fit can only appear on a node the release touched
-                # (nothing fits before the first release); a gang needs the histogram
+            node_pick: tuple[tuple[float, int], int, int, tuple[int, int, int]] | None = None
+            if overlay and need and m == WHOLE_GPU_MILLI and all(st.groups[g].gfree is None for g in gset):
+                # per group: a single-node fit can only appear on a node a release touched
+                # (nothing fits before the first release); a gang needs the free-GPU histogram
                 per_node = {g: slack == 0 and need <= st.groups[g].G for g in gset}
-                span = {g: nodes_needed(need, st.groups[g].G) + slack for g in gset}
+                scan_groups = gset
+                stop: tuple[float, int] = (INF, -1)
+                if profiles and any(per_node.values()):
+                    node_pick = first_node_fit([g for g in gset if per_node[g]], need, c_, mm)
+                    if node_pick is not None:
+                        stop = node_pick[0]
+                    scan_groups = tuple(g for g in gset if not per_node[g])
+                over: dict[int, dict[int, list[int]]] = {g: {} for g in scan_groups}
+                hists = {g: [len(b) for b in st.groups[g].bucket] for g in scan_groups}
+                free_tot = {g: st.groups[g].free_whole for g in scan_groups}
+                span = {g: nodes_needed(need, st.groups[g].G) + slack for g in scan_groups}
                 resume = -1  # no fit at all unless a release below makes one possible
-                for idx, (e, r) in enumerate(run_sorted):
+                if len(scan_groups) == 1:
+                    releases_in_scan: Iterable[tuple[float, int]] = run_by_group.get(scan_groups[0], ())
+                else:
+                    releases_in_scan = heapq.merge(*(run_by_group.get(g, ()) for g in scan_groups))
+                for e, r in releases_in_scan:
+                    if (e, r) >= stop:
+                        break  # a node-level fit comes first
                     a = allocs[r]
                     g = a.group
-                    ov = over.get(g)
-                    if ov is None:
-                        continue
+                    ov = over[g]
                     gs0 = st.groups[g]
                     hist = hists[g]
                     hit = False
@@ -248,18 +297,32 @@ class Simulator:
                             continue
                     elif free_tot[g] < need or top_from_hist(hist, span[g]) < need:
                         continue
+                    node_pick = None  # a fit in a scanned group comes first
                     scratch = _Scratch([None] * len(st.groups))
                     for g2 in gset:
                         sc = st.groups[g2].copy()
-                        for i, (w_, cc, mmm) in over[g2].items():
+                        for i, (w_, cc, mmm) in over.get(g2, {}).items():
                             sc.set_free(i, w_, cc, mmm)
                         scratch.groups[g2] = sc
                     plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
                     if plan is not None:
                         when = max(e, now)
+                    elif scan_groups == gset:
+                        # CPUs or memory bind: go on with the full scratch after this release
+                        resume = bisect_left(run_sorted, (e, r)) + 1
                     else:
-                        resume = idx + 1  # CPUs or memory bind: go on with the full scratch
+                        scratch, resume = None, 0  # rare: replay everything the plain way
                     break
+                if node_pick is not None:
+                    (e, _), g, i, (w_at, c_at, m_at) = node_pick
+                    cap = Caps.unlimited(st.groups[g].n)
+                    cap.whole[i] = w_at - need
+                    cap.cpu[i] = c_at - c_
+                    cap.mem[i] = m_at - mm
+                    cap.block_shares(i)
+                    when = max(e, now)
+                    caps_out[g] = (when, cap)
+                    return when
             if plan is None and resume >= 0:
                 if scratch is None:
                     scratch = _Scratch([None] * len(st.groups))
@@ -464,6 +527,10 @@ class Simulator:
                 a = allocs.pop(r)
                 st.give(a)
                 del run_sorted[bisect_left(run_sorted, (start[r] + est[r], r))]
+                rg = run_by_group[a.group]
+                del rg[bisect_left(rg, (start[r] + est[r], r))]
+                if profiles and st.groups[a.group].gfree is None:
+                    releases.remove(r, start[r] + est[r], a)
                 released = True
                 if track:
                     policy.on_end(r, now)

@@ -462,8 +462,9 @@ def test_speed_shortcuts_do_not_change_the_schedule(
     scenario: Scenario, policy: str, backfill: str, placement: str, oracle: bool, max_res: int
 ) -> None:
     """With every shortcut forced on (shape pre-check from the first queued job, tiny visit
-    chunks, lazy reservations, dominated requests retired, skipped idle cycles), the schedule equals
-    the plain one (a full cycle at every event that tries every queued job in order)."""
+    chunks, lazy reservations from overlays and per-node release profiles, dominated requests retired,
+    skipped idle cycles), the schedule equals the plain one (a full cycle at every event that tries
+    every queued job in order, reservations replayed on full scratch copies)."""
     bound = scenario.bind()
     cfg = SimConfig(
         backfill=backfill,  # type: ignore[arg-type]
@@ -475,6 +476,7 @@ def test_speed_shortcuts_do_not_change_the_schedule(
     plain = Simulator(bound, make_policy(policy), cfg)
     plain.precheck_queue, plain.visit_chunk, plain.skip_idle_cycles = 10**9, 10**9, False
     plain.retire_dominated = False
+    plain.overlay_reservations = plain.node_release_profiles = False
     fast = Simulator(bound, make_policy(policy), cfg)
     fast.precheck_queue, fast.visit_chunk, fast.skip_idle_cycles = 0, 2, True
     a, b = plain.run(), fast.run()

@@ -775,3 +775,19 @@ def test_failed_long_job_does_not_retire_a_shorter_one(placement: str) -> None:
     jobs = table(job("A", 0, 100, 2), job("H", 1, 10, 4), job("L", 2, 200, 1), job("S", 2, 50, 1))
     res, _, _ = simulate(jobs, spec, backfill="easy", placement=placement, oracle_runtimes=True)
     assert starts(res) == {"A": 0.0, "H": 100.0, "L": 110.0, "S": 2.0}
+
+
+# The reservation's node when one release frees several nodes at once. Three nodes of 4 GPUs,
+# FCFS, EASY, oracle runtimes.
+#   A: 6 GPUs, 0-100 -> a gang: 4 on n0, 2 on n1.   C: 3 GPUs, 0-1000 -> n2 (n1 has only 2 free).
+#   H: 3 GPUs, submit 2 -> blocked (free: n1 2, n2 1). A's end at 100 frees n0 (4) and n1 (4):
+#      both hold H, equally full, so the reservation takes the lowest id, n0, and caps only n0.
+#   L: 2 GPUs, 500 s, submit 3 -> runs past 100 but fits on n1, which the reservation leaves
+#      alone: starts at 3. At 100 only n0 holds H's 3 GPUs (n1 has 2 free, n2 1): H starts at 100.
+@pytest.mark.parametrize("placement", ["first-fit", "best-fit"])
+def test_reservation_takes_the_lowest_of_equally_full_nodes_freed_together(placement: str) -> None:
+    spec = cluster({"count": 3, "gpus": 4})
+    jobs = table(job("A", 0, 100, 6), job("C", 0, 1000, 3), job("H", 2, 50, 3), job("L", 3, 500, 2))
+    res, sim, _ = simulate(jobs, spec, backfill="easy", placement=placement, oracle_runtimes=True)
+    assert starts(res) == {"A": 0.0, "C": 0.0, "H": 100.0, "L": 3.0}
+    assert sim.first_reservation[2] == 100.0
