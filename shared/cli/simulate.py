@@ -13,10 +13,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shared.domain.cluster import SpecError
-from shared.metrics import PolicyComparison, chronological_split, make_windows
+from shared.metrics import PolicyComparison, WindowMetrics, chronological_split, make_windows
 from shared.policies import POLICY_NAMES
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import PreparedWorkload, evaluate_policies, prepare_workload
+from shared.sim.result import SimResult
+
+PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
 
 DEFAULT_POLICIES = "fcfs,sjf,wfp3,unicep,f1,multifactor"
 console = Console()
@@ -66,7 +69,13 @@ def simulate_command(
     policies: Annotated[
         str, typer.Option(help=f"comma-separated, from {', '.join(POLICY_NAMES)}")
     ] = DEFAULT_POLICIES,
-    placement: Annotated[str, typer.Option(help="first-fit | best-fit")] = "best-fit",
+    placement: Annotated[
+        str,
+        typer.Option(
+            help="first-fit | best-fit | cp-sat, or several comma-separated for a placement ablation "
+            "(every policy x every placement, rows named policy@placement)"
+        ),
+    ] = "best-fit",
     backfill: Annotated[str, typer.Option(help="easy | greedy | none")] = "easy",
     max_reservations: Annotated[int, typer.Option(help="EASY reservations, 0 = one per pool")] = 0,
     estimates: Annotated[
@@ -111,22 +120,26 @@ def simulate_command(
         raise _fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
     if split not in ("all", "test"):
         raise _fail(f"--split must be all or test, not {split!r}")
+    placements = [p.strip() for p in placement.split(",") if p.strip()]
+    bad = [p for p in placements if p not in PLACEMENTS]
+    if bad or not placements:
+        raise _fail(f"--placement must be from {', '.join(PLACEMENTS)}, not {placement!r}")
     if paper:
         config = SimConfig.paper()
         warmup = 0 if warmup is None else warmup
+        if placement == "best-fit":  # the option's default: the paper's own first-fit
+            placements = [config.placement]
     else:
         try:
             config = SimConfig(
                 backfill=backfill,
-                placement=placement,
+                placement=placements[0],
                 oracle_runtimes=estimates == "oracle",
                 max_reservations=max_reservations,
                 node_slack=node_slack,
             )
         except ValueError as err:
             raise _fail(str(err)) from None
-        if placement not in ("first-fit", "best-fit"):
-            raise _fail(f"--placement must be first-fit or best-fit, not {placement!r}")
 
     t0 = time.perf_counter()
     with console.status("loading workload"):
@@ -160,19 +173,26 @@ def simulate_command(
         TimeElapsedColumn(),
         console=console,
     )
+    ablation = len(placements) > 1
+    rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
+    per_policy: dict[str, list[WindowMetrics]] = {}
+    runs: dict[str, list[SimResult]] = {}
     with progress:
-        tasks = {p: progress.add_task(f"{p:12s}", total=len(chosen)) for p in names}
-        per_policy, runs = evaluate_policies(
-            work,
-            names,
-            config,
-            chosen,
-            warmup=warmup,
-            progress=lambda p, k: progress.update(tasks[p], completed=k),
-        )
+        tasks = {r: progress.add_task(f"{r:20s}", total=len(chosen)) for r in rows}
+        for pl in placements:
+            cfg_pl = config.model_copy(update={"placement": pl})
+            label = {p: f"{p}@{pl}" if ablation else p for p in names}
+
+            def advance(policy: str, done: int, label: dict[str, str] = label) -> None:
+                progress.update(tasks[label[policy]], completed=done)
+
+            metrics, results = evaluate_policies(work, names, cfg_pl, chosen, warmup=warmup, progress=advance)
+            for p in names:
+                per_policy[label[p]] = [m.model_copy(update={"policy": label[p]}) for m in metrics[p]]
+                runs[label[p]] = results[p]
 
     comparison = PolicyComparison(
-        per_policy, baseline=baseline or names[0], seed=seed, title=f"{work.name} on {spec.name}"
+        per_policy, baseline=baseline or rows[0], seed=seed, title=f"{work.name} on {spec.name}"
     )
     console.print(comparison.table(compact=True))
     out.mkdir(parents=True, exist_ok=True)
@@ -190,10 +210,14 @@ def simulate_command(
         "split": split,
         "seed": seed,
         "sim_seconds": {p: sum(r.wall_seconds for r in rs) for p, rs in runs.items()},
+        "placements": placements,
+        "placer_stats": {
+            p: [r.placer_stats for r in rs] for p, rs in runs.items() if rs and rs[0].placer_stats
+        },
     }
     path = out / "simulate.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     console.print(f"wrote {path}")
     if plots:
-        for p in comparison.plot(out):
-            console.print(f"wrote {p}")
+        for png in comparison.plot(out):
+            console.print(f"wrote {png}")

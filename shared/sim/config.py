@@ -26,7 +26,11 @@ class SimConfig(BaseModel):
 
     backfill: BackfillMode = "easy"
     max_reservations: int = Field(default=0, ge=0, description="0 = one per disjoint pool")
-    placement: str = Field(default="best-fit", description="first-fit | best-fit (| cp-sat later)")
+    placement: str = Field(default="best-fit", description="first-fit | best-fit | cp-sat")
+    cpsat_k: int = Field(default=16, ge=1, description="cp-sat: jobs of the ranking placed together")
+    cpsat_deterministic_time: float = Field(
+        default=0.003, gt=0, description="cp-sat: solver work limit per solve (deterministic units)"
+    )
     oracle_runtimes: bool = Field(
         default=False, description="scheduler sees true runtimes instead of estimates (paper setting)"
     )

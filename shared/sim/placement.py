@@ -95,6 +95,40 @@ def _tightest_share(
     return None
 
 
+def alloc_fits(st: ClusterState, a: Alloc, caps: dict[int, Caps] | None, milli: int) -> bool:
+    """Whether an allocation chosen earlier (a batch placer's) still fits the free resources and
+    the reservation caps now: GPUs, CPUs and memory per node, the physical GPUs it names, and, for
+    a share, room on its GPU away from reserved nodes."""
+    gs = st.groups[a.group]
+    cap = caps.get(a.group) if caps else None
+    for k, i in enumerate(a.nodes):
+        need_whole = a.whole[k] + (
+            1
+            if a.frac_gpu >= 0 and gs.gfree is not None and gs.gfree[i, a.frac_gpu] == WHOLE_GPU_MILLI
+            else 0
+        )
+        if gs.whole[i] < a.whole[k] or gs.cpu[i] < a.cpu[k] or gs.mem[i] < a.mem[k]:
+            return False
+        if cap is not None and (
+            cap.whole[i] < need_whole
+            or cap.cpu[i] < a.cpu[k]
+            or cap.mem[i] < a.mem[k]
+            or (a.frac_gpu >= 0 and cap.frac_blocked[i])
+        ):
+            return False
+        if gs.gfree is not None:
+            row = gs.gfree[i]
+            if (
+                a.gpu_ids is not None
+                and a.gpu_ids[k]
+                and any(row[g] != WHOLE_GPU_MILLI for g in a.gpu_ids[k])
+            ):
+                return False
+            if a.frac_gpu >= 0 and row[a.frac_gpu] < milli:
+                return False
+    return True
+
+
 class Placer:
     """Chooses nodes for one job; ``None`` when it does not fit now."""
 

@@ -39,6 +39,8 @@ class SimResult:
     backfill: str = ""
     wall_seconds: float = 0.0
     cycles: int = 0
+    #: batch placer (CP-SAT) statistics: solves per status, solve seconds, decisions overridden
+    placer_stats: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.metric_mask) == 0:

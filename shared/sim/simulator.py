@@ -30,6 +30,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,10 +38,13 @@ from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
 from shared.policies.base import Policy, PolicyContext
 from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
-from shared.sim.placement import Caps, Placer, make_placer
+from shared.sim.placement import Caps, Placer, alloc_fits, make_placer
 from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
 from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
+
+if TYPE_CHECKING:
+    from shared.placement import CpSatPlacer
 
 INF = math.inf
 
@@ -102,7 +106,22 @@ class Simulator:
                 )
         self.est = np.maximum(est, 0.0)
         self.policy = policy
-        self.placer = placer or make_placer(self.cfg.placement)
+        # CP-SAT places the top-K jobs of a cycle together; every other placement question (shape
+        # pre-checks, reservations, jobs beyond the top K, decisions the caps invalidate) goes to
+        # best-fit, which is also its warm start and fallback
+        self.batch_placer: CpSatPlacer | None = None
+        if self.cfg.placement == "cp-sat":
+            from shared.placement import CpSatPlacer, PlacerSettings
+
+            self.batch_placer = CpSatPlacer(
+                PlacerSettings(
+                    k=self.cfg.cpsat_k,
+                    node_slack=self.cfg.node_slack,
+                    deterministic_time=self.cfg.cpsat_deterministic_time,
+                    reproducible=True,  # a simulation must repeat exactly: no wall-clock limit
+                )
+            )
+        self.placer = placer or make_placer("best-fit" if self.batch_placer else self.cfg.placement)
         frac_groups = {
             g
             for c in np.unique(workload.job_class[jobs.gpu_milli < WHOLE_GPU_MILLI])
@@ -147,6 +166,10 @@ class Simulator:
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
+        batch_placer = self.batch_placer
+        if batch_placer is not None:
+            from shared.placement import JobRequest
+        pstats: dict[str, float] = {"solves": 0, "solve_seconds": 0.0, "overridden": 0}
         releases = NodeReleases()
         mode = cfg.backfill
         max_res = cfg.max_reservations or 1 << 30
@@ -369,7 +392,7 @@ class Simulator:
             caps_out[plan.group] = (when, cap)
             return when
 
-        def candidates(now: float, shape_blocked: set[int]) -> tuple[I64, FloatArray]:
+        def candidates(now: float, shape_blocked: set[int]) -> tuple[I64, FloatArray, int]:
             """The queued jobs a cycle must visit, with their sort keys (arrival order).
 
             Jobs of a shape that fits nowhere can neither start nor change anything, except the
@@ -383,13 +406,13 @@ class Simulator:
             q = np.flatnonzero(in_queue[qlo:i]) + qlo
             keys = static_keys[q] if static_keys is not None else policy.keys(q, now)
             if not shape_blocked:
-                return q, keys
+                return q, keys, len(q)
             blocked_shape = np.zeros(n_shapes, dtype=bool)
             blocked_shape[list(shape_blocked)] = True
             bmask = blocked_shape[shape_np[q]]
             free = ~bmask
             if mode == "greedy":
-                return q[free], keys[free]
+                return q[free], keys[free], int(free.sum())
             qb, kb = q[bmask], keys[bmask]
             cb = class_np[qb]
             present = np.flatnonzero(np.bincount(cb, minlength=n_classes))
@@ -400,7 +423,37 @@ class Simulator:
                 for c in present.tolist():
                     sub = np.flatnonzero(cb == c)
                     heads.append(int(sub[np.argmin(kb[sub])]))
-            return np.concatenate((q[free], qb[heads])), np.concatenate((keys[free], kb[heads]))
+            qf = q[free]
+            return np.concatenate((qf, qb[heads])), np.concatenate((keys[free], kb[heads])), len(qf)
+
+        def batch_place(fq: I64, fk: FloatArray) -> dict[int, Alloc | None]:
+            """CP-SAT's joint placement of the top K startable jobs of this cycle's order."""
+            assert batch_placer is not None
+            cfg_k = batch_placer.settings.k + batch_placer.settings.lookahead
+            if len(fq) > cfg_k:
+                edge = np.partition(fk, cfg_k - 1)[cfg_k - 1]
+                keep = fk <= edge
+                fq, fk = fq[keep], fk[keep]
+            ranked = fq[np.lexsort((fq, fk))][:cfg_k].tolist()
+            k = batch_placer.settings.k
+            reqs = [
+                JobRequest(
+                    gpus[j],
+                    milli[j] if gpus[j] else WHOLE_GPU_MILLI,
+                    cpu[j],
+                    mem[j],
+                    groups_of[j],
+                    weight=(k - min(r, k - 1)) / k,  # tier (b): higher rank, more weight
+                    est_runtime=est[j],
+                    job_id=j,
+                )
+                for r, j in enumerate(ranked)
+            ]
+            res = batch_placer.place_batch(st, reqs[:k], reqs[k:])
+            pstats["solves"] += 1
+            pstats[f"status_{res.status.value}"] = pstats.get(f"status_{res.status.value}", 0) + 1
+            pstats["solve_seconds"] += res.wall_s
+            return {j: d.alloc for j, d in zip(ranked[:k], res.decisions, strict=True)}
 
         def cycle(now: float) -> bool:
             """One scheduling pass; True when every job left queued failed on the raw free state.
@@ -422,7 +475,8 @@ class Simulator:
                         blocked += count
                 if blocked >= nq:
                     return mode != "none"
-            cq, ck = candidates(now, shape_blocked)
+            cq, ck, n_free = candidates(now, shape_blocked)
+            preset = batch_place(cq[:n_free], ck[:n_free]) if batch_placer is not None and n_free else {}
             alive = np.ones(len(cq), dtype=bool)
             retire_cols: tuple[I64, I64, I64, FloatArray] | None = None
             reserved: dict[int, tuple[float, Caps]] = {}
@@ -487,7 +541,19 @@ class Simulator:
                         capped = tuple(g for g in gset if g in reserved and finish > reserved[g][0])
                         if capped:
                             caps = {g: reserved[g][1] for g in capped}
-                    a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
+                    a: Alloc | None = None
+                    if j in preset:
+                        # the batch placer's choice, if reservations made since have not ruled it out
+                        a = preset[j]
+                        if a is not None and not alloc_fits(st, a, caps, milli[j]):
+                            a = None
+                            pstats["overridden"] += 1
+                        if a is None and placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack):
+                            alive[p] = False
+                            soft = True  # held back by the batch placer, not by lack of room
+                            continue
+                    if a is None:
+                        a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
                     alive[p] = False
                     if a is not None:
                         start_job(j, a, now)
@@ -575,10 +641,11 @@ class Simulator:
             metric_mask=mask,
             nodes_used=nodes_used,
             policy=policy.describe(),
-            placement=placer.name,
+            placement=batch_placer.name if batch_placer is not None else placer.name,
             backfill=cfg.backfill,
             wall_seconds=time.perf_counter() - wall0,
             cycles=cycles,
+            placer_stats=pstats if batch_placer is not None else {},
         )
 
 

@@ -105,3 +105,42 @@ def test_bad_cluster_spec_names_the_field(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "c.toml" in result.output and "node_groups.0.count" in result.output
     assert "Traceback" not in result.output
+
+
+def test_placement_ablation_rows_are_policy_at_placement(tmp_path: Path) -> None:
+    """--placement with several values runs every policy with every placement, paired."""
+    import json
+
+    out = tmp_path / "abl"
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "400",
+            "--windows",
+            "2",
+            "--window-size",
+            "100",
+            "--policies",
+            "fcfs",
+            "--placement",
+            "best-fit,cp-sat",
+            "--no-plots",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "simulate.json").read_text())
+    assert report["setup"]["placements"] == ["best-fit", "cp-sat"]
+    stats = report["setup"]["placer_stats"]
+    assert list(stats) == ["fcfs@cp-sat"] and stats["fcfs@cp-sat"][0]["solves"] > 0
+
+
+def test_unknown_placement_is_refused(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["simulate", "--jobs", "200", "--placement", "best-fit,worst-fit", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "--placement must be from first-fit, best-fit, cp-sat" in result.output
