@@ -19,7 +19,7 @@ from shared.domain.cluster import ClusterSpec, NodeGroup
 from shared.domain.exclusions import Exclusion
 from shared.domain.jobs import WHOLE_GPU_MILLI, IntArray, JobTable
 
-__all__ = ["BoundWorkload", "Exclusion", "bind_jobs", "nodes_needed"]
+__all__ = ["BoundWorkload", "Exclusion", "bind_jobs", "fits_empty_group", "nodes_needed"]
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _fill_requests(jobs: JobTable, spec: ClusterSpec) -> tuple[IntArray, IntArra
     return cpus, mem
 
 
-def _fits_empty_group(g: NodeGroup, gpus: int, milli: int, cpus: int, mem: int, node_slack: int) -> bool:
+def fits_empty_group(g: NodeGroup, gpus: int, milli: int, cpus: int, mem: int, node_slack: int) -> bool:
     if gpus == 0:
         return cpus <= g.cpus_milli and mem <= g.mem_mib
     if g.gpus == 0:
@@ -103,7 +103,7 @@ def _classify(
     in_vc = [k for k in typed if not spec.node_groups[k].partitions or vc in spec.node_groups[k].partitions]
     if not in_vc:
         return (), f"partition/VC {vc!r} has no node of an allowed GPU type"
-    fitting = tuple(k for k in in_vc if _fits_empty_group(spec.node_groups[k], gpus, milli, cpus, mem, slack))
+    fitting = tuple(k for k in in_vc if fits_empty_group(spec.node_groups[k], gpus, milli, cpus, mem, slack))
     if fitting:
         return fitting, ""
     biggest = max(spec.node_groups[k].count * spec.node_groups[k].gpus for k in in_vc)

@@ -1,0 +1,284 @@
+"""Durable pull consumers: decode, dead-letter the invalid, skip stale snapshots, handle, ack.
+
+The guarantees, and how each is obtained:
+
+- **At-least-once, explicit ack.** A message is acked only after its handler returned. A replica that
+  dies mid-handler never acks; JetStream redelivers after ``ack_wait``. A handler that raises gets a
+  ``nak`` (redelivered after ``nak_delay_s``).
+- **Harmless duplicates.** Redelivery means a handler may see a message twice. Handlers must be
+  idempotent, which Hylo obtains at the store: decisions are unique on (correlation_id, job_id),
+  outcomes on (cluster, job_id), and writes are insert-or-ignore (``shared.store.writes``);
+  re-published outputs carry the same ``Nats-Msg-Id`` and are dropped by the stream's duplicate window.
+- **Never lost, never looping.** A payload that fails validation is published to
+  ``<root>.v1.<cluster>.dead`` with the reason and then acked: it is not retried (it would fail again).
+  A handler that fails ``max_deliver`` times is dead-lettered the same way. The JetStream consumer
+  allows one delivery more than ``max_deliver``, so a replica that crashed during the last attempt
+  still leaves a delivery in which the message is dead-lettered instead of vanishing. If publishing
+  the dead letter fails, the message is not acked and comes back.
+- **Latest-wins.** With ``latest_wins=True`` (snapshots), the consumer remembers the newest
+  ``latest_key()`` seen per cluster, including every message of the current batch, and acks without
+  handling any message older than that. Together with the snapshot stream's ``max_msgs_per_subject=1``
+  a burst costs one decision, not one per snapshot.
+- **Replicas share the work.** Every replica binds to the same durable pull consumer (same
+  ``durable`` name); JetStream hands each message to one fetcher, which is NATS' queue-group semantics
+  for pull consumers.
+- **Tracing.** Each handled message runs inside a CONSUMER span whose parent is the trace context
+  found in its headers, so spans of all services for one snapshot form one trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
+from shared.bus.settings import BusSettings
+from shared.bus.streams import stream_name
+from shared.bus.tracing import extract_context
+from shared.schemas.base import Message
+from shared.schemas.codec import MessageError, decode
+from shared.schemas.deadletter import DeadLetter, FieldError
+from shared.schemas.subjects import Kind, SubjectError
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a handler may want besides the message: where it came from and how often it was tried."""
+
+    subject: str
+    headers: Mapping[str, str]
+    message_id: str
+    stream_seq: int
+    num_delivered: int
+
+
+Handler = Callable[[M, Delivery], Awaitable[None]]
+
+
+@dataclass
+class ConsumerStats:
+    """Counters of one consumer replica (exported as metrics by the services)."""
+
+    handled: int = 0
+    skipped_stale: int = 0
+    dead_lettered: int = 0
+    handler_errors: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Decoded(Generic[M]):
+    msg: Msg
+    message: M | None
+    error: MessageError | None
+
+
+class Consumer(Generic[M]):
+    """One replica of a durable pull consumer on the ``kind`` stream, for messages of ``model``."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        publisher: Publisher,
+        *,
+        kind: Kind,
+        model: type[M],
+        durable: str,
+        handler: Handler[M],
+        settings: BusSettings,
+        cluster: str | None = None,
+        latest_wins: bool = False,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        self.js = js
+        self.publisher = publisher
+        self.subjects = publisher.subjects
+        self.kind = kind
+        self.model = model
+        self.durable = durable
+        self.handler = handler
+        self.settings = settings
+        self.limits = publisher.limits
+        self.filter_subject = (
+            self.subjects.of(cluster, kind) if cluster is not None else self.subjects.all_clusters(kind)
+        )
+        self.latest_wins = latest_wins
+        self.tracer = tracer or trace.get_tracer("hylo.bus")
+        self.stats = ConsumerStats()
+        self._latest: dict[str, tuple[Any, ...]] = {}
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    async def start(self) -> None:
+        """Create (or bind to) the durable consumer; several replicas may call this concurrently."""
+        config = ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.settings.ack_wait_s,
+            max_deliver=self.settings.max_deliver + 1,  # one spare delivery to dead-letter, see above
+            max_ack_pending=self.settings.max_ack_pending,
+            filter_subject=self.filter_subject,
+        )
+        self._sub = await self.js.pull_subscribe(
+            self.filter_subject,
+            durable=self.durable,
+            stream=stream_name(self.subjects, self.kind),
+            config=config,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Process batches until ``stop`` is set; the batch in flight is finished first."""
+        if self._sub is None:
+            await self.start()
+        while not stop.is_set():
+            try:
+                await self.process_batch()
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+                return
+            except Exception:  # keep serving: a broken batch must not stop the service
+                log.exception("consumer %s: batch failed", self.durable)
+                await asyncio.sleep(self.settings.nak_delay_s)
+
+    async def close(self) -> None:
+        """Unsubscribe this replica (the durable consumer and its pending messages stay)."""
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def process_batch(self, batch: int | None = None, timeout_s: float | None = None) -> int:
+        """Fetch up to ``batch`` messages and process them; returns how many were fetched."""
+        if self._sub is None:
+            await self.start()
+        assert self._sub is not None
+        try:
+            msgs = await self._sub.fetch(
+                batch or self.settings.fetch_batch, timeout=timeout_s or self.settings.fetch_timeout_s
+            )
+        except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either when idle
+            return 0
+        decoded = [self._decode(m) for m in msgs]
+        if self.latest_wins:
+            for d in decoded:
+                if d.message is not None:
+                    self._remember(d.message)
+        for d in decoded:
+            await self._process(d)
+        return len(msgs)
+
+    def _decode(self, msg: Msg) -> _Decoded[M]:
+        try:
+            message = decode(self.model, msg.data, self.limits)
+        except MessageError as err:
+            return _Decoded(msg, None, err)
+        try:
+            cluster, _ = self.subjects.parse(msg.subject)
+        except SubjectError as err:
+            return _Decoded(msg, None, MessageError(str(err)))
+        if cluster != message.cluster:
+            reason = f"message for cluster {message.cluster!r} on subject of cluster {cluster!r}"
+            return _Decoded(msg, None, MessageError(reason))
+        return _Decoded(msg, message, None)
+
+    def _key(self, message: M) -> tuple[Any, ...] | None:
+        key = getattr(message, "latest_key", None)
+        return tuple(key()) if callable(key) else None
+
+    def _remember(self, message: M) -> None:
+        key = self._key(message)
+        if key is not None:
+            known = self._latest.get(message.cluster)
+            if known is None or key > known:
+                self._latest[message.cluster] = key
+
+    async def _process(self, d: _Decoded[M]) -> None:
+        msg = d.msg
+        meta = msg.metadata
+        if d.message is None:
+            assert d.error is not None
+            await self._dead(msg, d.error.reason, d.error.errors)
+            return
+        message = d.message
+        if self.latest_wins:
+            key, known = self._key(message), self._latest.get(message.cluster)
+            if key is not None and known is not None and key < known:
+                self.stats.skipped_stale += 1
+                await msg.ack()
+                return
+        if meta.num_delivered > self.settings.max_deliver:
+            await self._dead(msg, f"gave up after {meta.num_delivered - 1} deliveries (handler never acked)")
+            return
+        headers = dict(msg.headers or {})
+        delivery = Delivery(
+            subject=msg.subject,
+            headers=headers,
+            message_id=headers.get(HEADER_MSG_ID) or message.message_id(),
+            stream_seq=meta.sequence.stream,
+            num_delivered=meta.num_delivered,
+        )
+        ctx = extract_context(headers)
+        with self.tracer.start_as_current_span(
+            f"consume {self.kind}", context=ctx, kind=trace.SpanKind.CONSUMER
+        ) as span:
+            span.set_attribute("hylo.correlation_id", message.correlation_id)
+            span.set_attribute("messaging.consumer.group.name", self.durable)
+            try:
+                await self.handler(message, delivery)
+            except Exception as err:
+                span.record_exception(err)
+                span.set_status(Status(StatusCode.ERROR, str(err)[:200]))
+                self.stats.handler_errors += 1
+                if meta.num_delivered >= self.settings.max_deliver:
+                    reason = f"handler failed {meta.num_delivered} times: {type(err).__name__}: {err}"
+                    await self._dead(msg, reason)
+                else:
+                    await msg.nak(delay=self.settings.nak_delay_s)
+                return
+        self.stats.handled += 1
+        await msg.ack()
+
+    async def _dead(self, msg: Msg, reason: str, errors: tuple[FieldError, ...] = ()) -> None:
+        """Publish the dead letter, then ack; if publishing fails the message stays unacked."""
+        headers = dict(msg.headers or {})
+        try:
+            cluster, _ = self.subjects.parse(msg.subject)
+        except SubjectError:
+            cluster = "unknown"
+        meta = msg.metadata
+        correlation = headers.get(HEADER_CORRELATION)
+        letter = DeadLetter.build(
+            cluster=cluster,
+            stage=self.durable,
+            reason=reason,
+            subject=msg.subject,
+            payload=msg.data,
+            headers=headers,
+            errors=errors,
+            correlation_id=correlation if correlation and _valid_correlation(correlation) else None,
+            stream=meta.stream,
+            stream_seq=meta.sequence.stream,
+            deliveries=meta.num_delivered,
+        )
+        await self.publisher.publish(letter)
+        self.stats.dead_lettered += 1
+        short = re.sub(r"\d+", "N", reason.split(":", 1)[0])[:80]
+        self.stats.reasons[short] = self.stats.reasons.get(short, 0) + 1
+        await msg.ack()
+
+
+def _valid_correlation(value: str) -> bool:
+    return 0 < len(value) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in value)

@@ -1,0 +1,49 @@
+"""Bus settings (``HYLO_NATS_*`` and friends): connection, stream retention, redelivery.
+
+Why one class: every service connects the same way and must agree on stream limits (a stream is
+created by whichever service starts first, so two services with different limits would fight over
+its configuration). Environment variables use the project-wide ``HYLO_`` prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BusSettings(BaseSettings):
+    """NATS connection and JetStream policy shared by every service."""
+
+    model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")
+
+    nats_url: str = Field(default="nats://127.0.0.1:4222", description="comma-separated server URLs")
+    nats_name: str = Field(default="hylo", description="client name shown by the server")
+    nats_token: SecretStr | None = Field(default=None, description="token authentication")
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_creds: Path | None = Field(default=None, description="NATS credentials (.creds) file")
+    nats_connect_timeout_s: float = Field(default=2.0, gt=0)
+    nats_max_reconnect_attempts: int = Field(
+        default=60, ge=-1, description="per server, also on the first connect; -1 = retry forever"
+    )
+    nats_reconnect_wait_s: float = Field(default=2.0, ge=0)
+    subject_root: str = Field(default="hylo", description="first subject token (namespace)")
+    storage: Literal["file", "memory"] = "file"
+    stream_max_age_s: float = Field(default=24 * 3600.0, gt=0, description="work streams keep a day")
+    stream_max_bytes: int = Field(default=1 << 30, gt=0, description="per work stream")
+    stream_max_msgs: int = Field(default=1_000_000, gt=0, description="per work stream")
+    snapshots_latest_only: bool = Field(
+        default=True, description="snapshot stream keeps only the newest snapshot per cluster"
+    )
+    dead_max_age_s: float = Field(default=14 * 24 * 3600.0, gt=0, description="dead letters keep two weeks")
+    dead_max_bytes: int = Field(default=256 << 20, gt=0)
+    duplicate_window_s: float = Field(default=120.0, gt=0, description="Nats-Msg-Id dedup window")
+    ack_wait_s: float = Field(default=30.0, gt=0, description="redeliver if not acked within")
+    max_deliver: int = Field(default=5, ge=1, description="handler attempts before dead-lettering")
+    nak_delay_s: float = Field(default=0.5, ge=0, description="redelivery delay after a handler error")
+    max_ack_pending: int = Field(default=1000, ge=1)
+    fetch_batch: int = Field(default=64, ge=1)
+    fetch_timeout_s: float = Field(default=0.5, gt=0)

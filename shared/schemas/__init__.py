@@ -1,0 +1,65 @@
+"""Versioned JSON messages that flow between Hylo's services, and the subjects they travel on.
+
+Why a package of its own: every service (adapter, featurizer, prioritizer, placer, trainer) and the
+store agree on these models and nothing else, so a message written by one build is validated the
+same way by every other. ``docs/messages.md`` documents each model; ``docs/schemas/*.json`` are the
+generated JSON Schemas (``python -m shared.schemas.jsonschema`` rewrites them).
+"""
+
+from shared.schemas.base import (
+    SCHEMA_VERSION,
+    ClusterName,
+    CorrelationId,
+    Message,
+    StageLatencies,
+    new_correlation_id,
+)
+from shared.schemas.codec import MessageError, decode, encode
+from shared.schemas.deadletter import DeadLetter, FieldError
+from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.messages import (
+    MESSAGE_TYPES,
+    FeatureMatrix,
+    JobOutcome,
+    JobPlacement,
+    ModelVersion,
+    PlacementDecision,
+    PriorityVector,
+)
+from shared.schemas.snapshot import NodeState, PendingJob, QueueSnapshot, RunningJob
+from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects, validate_cluster_name
+from shared.schemas.views import SnapshotViews, snapshot_views
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "KINDS",
+    "MESSAGE_TYPES",
+    "SCHEMA_VERSION",
+    "ClusterName",
+    "CorrelationId",
+    "DeadLetter",
+    "FeatureMatrix",
+    "FieldError",
+    "JobOutcome",
+    "JobPlacement",
+    "Kind",
+    "Limits",
+    "Message",
+    "MessageError",
+    "ModelVersion",
+    "NodeState",
+    "PendingJob",
+    "PlacementDecision",
+    "PriorityVector",
+    "QueueSnapshot",
+    "RunningJob",
+    "SnapshotViews",
+    "StageLatencies",
+    "SubjectError",
+    "Subjects",
+    "decode",
+    "encode",
+    "new_correlation_id",
+    "snapshot_views",
+    "validate_cluster_name",
+]

@@ -1,0 +1,67 @@
+"""The common envelope of every message: schema version, cluster and correlation id.
+
+Why strict models: messages cross process and machine boundaries and come from adapters that may be
+written in other languages; coercing ``"8"`` to 8 or ignoring an unknown field would hide bugs that
+surface later as wrong schedules. ``extra="forbid"`` plus ``strict=True`` make every mistake a
+validation error that names the field, and ``frozen`` keeps a received message immutable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+#: the version written by this build; bump it (and keep reading the old one) when a field changes meaning
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+
+CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
+ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]
+CorrelationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+#: job ids as the cluster reports them (Slurm: "1234", "1234_7"); printable, no whitespace
+JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+#: node, group, user, partition, GPU type, policy names
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+FeatureName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+StageName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,32}$")]
+#: milliseconds spent per stage so far (adapter, featurizer, prioritizer, placer, ...)
+StageLatencies = Annotated[dict[StageName, NonNegFloat], Field(max_length=16)]
+
+
+def new_correlation_id() -> str:
+    """A fresh correlation id: one per snapshot, carried by every message derived from it."""
+    return uuid.uuid4().hex
+
+
+class Strict(BaseModel):
+    """Base configuration of every message model and sub-model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Message(Strict):
+    """Fields every message on a ``hylo.v1.<cluster>.<kind>`` subject carries."""
+
+    #: the subject kind this message travels on (``snapshots``, ``features``, ...)
+    kind: ClassVar[str] = ""
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="message schema version")
+    cluster: ClusterName = Field(description="cluster name, also the subject's cluster token")
+    correlation_id: CorrelationId = Field(description="id of the snapshot this message derives from")
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value not in SUPPORTED_VERSIONS:
+            raise ValueError(
+                f"unsupported schema_version {value}; this build reads {sorted(SUPPORTED_VERSIONS)}"
+            )
+        return value
+
+    def message_id(self) -> str:
+        """Deterministic id used as ``Nats-Msg-Id``: republishing the same message is a duplicate."""
+        return f"{self.kind}.{self.cluster}.{self.correlation_id}"

@@ -1,0 +1,219 @@
+"""The messages derived from a snapshot, one per pipeline stage, plus outcomes and model versions.
+
+Why each stage embeds its input (a FeatureMatrix holds its snapshot, a PriorityVector its matrix): a
+stage can then run as any number of stateless replicas on any machine, with no shared cache of
+snapshots to look up and no race between a snapshot and the features computed from it. The cost is
+bytes on the wire, bounded by ``Limits.max_message_bytes``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, JsonValue, StringConstraints, ValidationInfo, field_validator, model_validator
+
+from shared.schemas.base import (
+    FeatureName,
+    FiniteFloat,
+    JobId,
+    Message,
+    Name,
+    StageLatencies,
+    Strict,
+)
+from shared.schemas.limits import check_count, limits_of
+from shared.schemas.snapshot import HARD_MAX_ITEMS, QueueSnapshot, require_unique
+
+MAX_FEATURES = 64
+VersionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Reason = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class ExcludedJob(Strict):
+    """A pending job left out of a decision, with the reason (e.g. no node group can ever hold it)."""
+
+    job_id: JobId
+    reason: Reason
+
+
+def _same_origin(msg: Message, inner: Message, what: str) -> None:
+    if inner.cluster != msg.cluster or inner.correlation_id != msg.correlation_id:
+        raise ValueError(
+            f"{what} belongs to cluster {inner.cluster!r} / correlation {inner.correlation_id!r}, "
+            f"expected {msg.cluster!r} / {msg.correlation_id!r}"
+        )
+
+
+class FeatureMatrix(Message):
+    """Per-job features (rows follow ``job_ids``) and cluster features of one snapshot."""
+
+    kind: ClassVar[str] = "features"
+
+    snapshot: QueueSnapshot
+    feature_schema_hash: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{8,64}$")] = Field(
+        description="FeatureSchema.hash of the formulas that computed the values"
+    )
+    job_ids: tuple[JobId, ...] = Field(max_length=HARD_MAX_ITEMS, description="queued jobs featurized")
+    columns: tuple[FeatureName, ...] = Field(max_length=MAX_FEATURES)
+    values: tuple[tuple[FiniteFloat, ...], ...] = Field(max_length=HARD_MAX_ITEMS)
+    cluster_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
+    cluster_values: tuple[FiniteFloat, ...] = Field(default=(), max_length=MAX_FEATURES)
+    excluded: tuple[ExcludedJob, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    latencies_ms: StageLatencies = Field(default_factory=dict)
+
+    @field_validator("job_ids")
+    @classmethod
+    def _job_limit(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        check_count("job_ids", len(value), limits_of(info).max_jobs)
+        require_unique("job_ids", value)
+        return value
+
+    @model_validator(mode="after")
+    def _shapes(self) -> FeatureMatrix:
+        _same_origin(self, self.snapshot, "snapshot")
+        if len(self.values) != len(self.job_ids):
+            raise ValueError(
+                f"values has {len(self.values)} rows, expected one per job ({len(self.job_ids)})"
+            )
+        width = len(self.columns)
+        for i, row in enumerate(self.values):
+            if len(row) != width:
+                raise ValueError(f"values row {i} has {len(row)} entries, expected {width} (columns)")
+        if len(self.cluster_values) != len(self.cluster_columns):
+            raise ValueError(
+                f"cluster_values has {len(self.cluster_values)} entries, "
+                f"expected {len(self.cluster_columns)} (cluster_columns)"
+            )
+        pending = {j.job_id for j in self.snapshot.pending}
+        for job in self.job_ids:
+            if job not in pending:
+                raise ValueError(f"job_ids names {job!r}, which is not pending in the snapshot")
+        return self
+
+
+class PriorityVector(Message):
+    """Priorities of the featurized jobs (higher runs first), and who computed them."""
+
+    kind: ClassVar[str] = "priorities"
+
+    matrix: FeatureMatrix
+    priorities: tuple[FiniteFloat, ...] = Field(
+        max_length=HARD_MAX_ITEMS, description="aligned with matrix.job_ids"
+    )
+    policy: Name = Field(description="'model' or the base policy's name when it decided")
+    model_version: VersionName | None = Field(default=None, description="model version used, if any")
+    fallback: Reason | None = Field(default=None, description="why the base policy decided, if it did")
+    latencies_ms: StageLatencies = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> PriorityVector:
+        _same_origin(self, self.matrix, "matrix")
+        if len(self.priorities) != len(self.matrix.job_ids):
+            raise ValueError(
+                f"priorities has {len(self.priorities)} entries, expected {len(self.matrix.job_ids)} "
+                "(one per matrix.job_ids)"
+            )
+        return self
+
+
+class JobPlacement(Strict):
+    """One job's rank, priority and nodes in a decision; no nodes means "keep waiting"."""
+
+    job_id: JobId
+    rank: int = Field(ge=0, description="0 = first in the priority order")
+    priority: FiniteFloat
+    nodes: tuple[Name, ...] = Field(
+        default=(), max_length=4096, description="nodes to start on; empty = wait"
+    )
+    mode: Literal["pack", "spread"] | None = Field(default=None, description="placement strategy used")
+    features: dict[FeatureName, FiniteFloat] = Field(
+        default_factory=dict, max_length=MAX_FEATURES, description="the features that drove its priority"
+    )
+
+
+class PlacementDecision(Message):
+    """The placer's decision for one snapshot: every featurized job ranked, some placed."""
+
+    kind: ClassVar[str] = "placements"
+
+    snapshot_time: FiniteFloat
+    sequence: int = Field(ge=0)
+    policy: Name
+    model_version: VersionName | None = None
+    fallback: Reason | None = None
+    placements: tuple[JobPlacement, ...] = Field(max_length=HARD_MAX_ITEMS)
+    latencies_ms: StageLatencies = Field(default_factory=dict)
+
+    @field_validator("placements")
+    @classmethod
+    def _limit(cls, value: tuple[JobPlacement, ...], info: ValidationInfo) -> tuple[JobPlacement, ...]:
+        check_count("placements", len(value), limits_of(info).max_jobs)
+        require_unique("placement job_id", (p.job_id for p in value))
+        return value
+
+
+class JobOutcome(Message):
+    """A finished job. ``correlation_id`` is the snapshot whose decision started it.
+
+    Wait, JCT and bounded slowdown are derived (properties), so they can never disagree with the times.
+    """
+
+    kind: ClassVar[str] = "outcomes"
+
+    job_id: JobId
+    submit_s: FiniteFloat
+    start_s: FiniteFloat
+    end_s: FiniteFloat
+    gpus: int = Field(ge=0, le=100_000)
+    status: Literal["completed", "failed", "cancelled", "timeout"] = "completed"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> JobOutcome:
+        if self.start_s < self.submit_s:
+            raise ValueError(f"start_s {self.start_s} is before submit_s {self.submit_s}")
+        if self.end_s < self.start_s:
+            raise ValueError(f"end_s {self.end_s} is before start_s {self.start_s}")
+        return self
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_s - self.submit_s
+
+    @property
+    def jct_s(self) -> float:
+        return self.end_s - self.submit_s
+
+    def bsld(self, threshold_s: float = 10.0) -> float:
+        """Bounded slowdown: max(1, JCT / max(runtime, threshold)), as in ``shared.metrics``."""
+        return max(1.0, self.jct_s / max(self.end_s - self.start_s, threshold_s))
+
+    def message_id(self) -> str:
+        return f"{self.kind}.{self.cluster}.{self.job_id}"
+
+
+class ModelVersion(Message):
+    """A prioritizer model version and its lifecycle state (announced on the ``models`` subject)."""
+
+    kind: ClassVar[str] = "models"
+
+    version: VersionName
+    sha256: Sha256 = Field(description="sha256 of the checkpoint file")
+    uri: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = Field(
+        description="where the checkpoint can be read (path or URL)"
+    )
+    status: Literal["candidate", "current", "retired"]
+    card: dict[str, JsonValue] = Field(default_factory=dict, description="the checkpoint's model card")
+    created_at: datetime
+    promoted_at: datetime | None = None
+    metrics: dict[FeatureName, FiniteFloat] = Field(default_factory=dict, max_length=64)
+
+    def message_id(self) -> str:
+        return f"{self.kind}.{self.cluster}.{self.version}.{self.status}"
+
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    m.kind: m
+    for m in (QueueSnapshot, FeatureMatrix, PriorityVector, PlacementDecision, JobOutcome, ModelVersion)
+}

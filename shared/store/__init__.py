@@ -1,0 +1,41 @@
+"""The store: decisions, outcomes, jobs, clusters and model versions in SQL, written exactly once.
+
+Why SQL: analysts join decisions to outcomes with the tools they have (psql, sqlite3, notebooks);
+``docs/analysts.md`` lists the views and example queries. PostgreSQL (asyncpg) in deployment, SQLite
+(aiosqlite) as the embedded default; the same Alembic migrations create both.
+"""
+
+from shared.store.engine import create_engine
+from shared.store.migrate import current_revision, downgrade, head_revision, upgrade, upgrade_url
+from shared.store.models import Base, Cluster, Decision, Job, ModelVersionRow, Outcome
+from shared.store.settings import StoreSettings
+from shared.store.writes import (
+    ensure_cluster,
+    insert_or_ignore,
+    record_decision,
+    record_jobs,
+    record_model_version,
+    record_outcome,
+)
+
+__all__ = [
+    "Base",
+    "Cluster",
+    "Decision",
+    "Job",
+    "ModelVersionRow",
+    "Outcome",
+    "StoreSettings",
+    "create_engine",
+    "current_revision",
+    "downgrade",
+    "ensure_cluster",
+    "head_revision",
+    "insert_or_ignore",
+    "record_decision",
+    "record_jobs",
+    "record_model_version",
+    "record_outcome",
+    "upgrade",
+    "upgrade_url",
+]

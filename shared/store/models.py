@@ -1,0 +1,132 @@
+"""ORM models: clusters, jobs, decisions, outcomes, model versions.
+
+Why these unique keys: they make every write idempotent. A decision is one job's line in the decision
+for one snapshot, so (correlation_id, job_id) identifies it; a job finishes once, so (cluster, job_id)
+identifies its outcome; a model version is its version string. ``shared.store.writes`` inserts with
+ON CONFLICT DO NOTHING on exactly these keys, so redelivered messages and restarted services never
+duplicate a row. Times of the cluster clock are float seconds (as in the messages); wall-clock
+bookkeeping columns (``*_at``) are timezone-aware timestamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: JSONB on PostgreSQL (indexable, compact), JSON text on SQLite
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+#: 64-bit ids on PostgreSQL; SQLite autoincrements only an INTEGER PRIMARY KEY
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base; its metadata is the migrations' target."""
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("cluster", "job_id", name="uq_jobs_cluster_job"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(63), ForeignKey("clusters.name"))
+    job_id: Mapped[str] = mapped_column(String(128))
+    submit_s: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_milli: Mapped[int] = mapped_column(Integer)
+    cpus_milli: Mapped[int] = mapped_column(BigInteger)
+    mem_mib: Mapped[int] = mapped_column(BigInteger)
+    est_runtime_s: Mapped[float] = mapped_column(Float)
+    user_name: Mapped[str] = mapped_column(String(128))
+    partition: Mapped[str] = mapped_column(String(128))
+    qos: Mapped[str] = mapped_column(String(128))
+    first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (
+        UniqueConstraint("correlation_id", "job_id", name="uq_decisions_correlation_job"),
+        CheckConstraint("mode IS NULL OR mode IN ('pack', 'spread')", name="ck_decisions_mode"),
+        Index("ix_decisions_cluster_job", "cluster", "job_id"),
+        Index("ix_decisions_cluster_time", "cluster", "snapshot_time"),
+        Index("ix_decisions_model_version", "model_version"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    correlation_id: Mapped[str] = mapped_column(String(64))
+    cluster: Mapped[str] = mapped_column(String(63), ForeignKey("clusters.name"))
+    job_id: Mapped[str] = mapped_column(String(128))
+    snapshot_time: Mapped[float] = mapped_column(Float)
+    sequence: Mapped[int] = mapped_column(BigInteger)
+    rank: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list[str]] = mapped_column(JsonType)
+    placed: Mapped[bool] = mapped_column(Boolean)
+    mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    policy: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    fallback: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    features: Mapped[dict[str, float]] = mapped_column(JsonType)
+    latencies_ms: Mapped[dict[str, float]] = mapped_column(JsonType)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Outcome(Base):
+    __tablename__ = "outcomes"
+    __table_args__ = (UniqueConstraint("cluster", "job_id", name="uq_outcomes_cluster_job"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(63), ForeignKey("clusters.name"))
+    job_id: Mapped[str] = mapped_column(String(128))
+    correlation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    submit_s: Mapped[float] = mapped_column(Float)
+    start_s: Mapped[float] = mapped_column(Float)
+    end_s: Mapped[float] = mapped_column(Float)
+    wait_s: Mapped[float] = mapped_column(Float)
+    jct_s: Mapped[float] = mapped_column(Float)
+    bsld: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ModelVersionRow(Base):
+    __tablename__ = "model_versions"
+    __table_args__ = (
+        CheckConstraint("status IN ('candidate', 'current', 'retired')", name="ck_model_versions_status"),
+    )
+
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    uri: Mapped[str] = mapped_column(String(1024))
+    card: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    promoted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

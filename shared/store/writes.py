@@ -1,0 +1,147 @@
+"""Idempotent writes: every insert is ON CONFLICT DO NOTHING on the table's natural key.
+
+Why insert-or-ignore and not "check, then insert": two replicas (or one replica and its redelivered
+message after a crash) may write the same decision at the same moment; only the database's unique
+constraint decides atomically. PostgreSQL and SQLite both implement ``INSERT ... ON CONFLICT DO
+NOTHING`` (SQLite's INSERT OR IGNORE for a named conflict target), and both return the rows really
+inserted through RETURNING, so callers learn whether the message was new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Table, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision
+from shared.schemas.snapshot import QueueSnapshot
+from shared.store.models import Cluster, Decision, Job, ModelVersionRow, Outcome
+
+CHUNK = 500  # rows per statement: stays under SQLite's bound-parameter limit
+
+
+def _table(model: type[Any]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+async def insert_or_ignore(
+    conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]], key: Sequence[str]
+) -> int:
+    """Insert ``rows``, skipping any that collide on the unique ``key``; returns how many were new."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        insert = postgresql.insert
+    elif dialect == "sqlite":
+        insert = sqlite.insert  # type: ignore[assignment]
+    else:
+        raise NotImplementedError(f"insert-or-ignore is implemented for PostgreSQL and SQLite, not {dialect}")
+    pk = next(iter(table.primary_key.columns))
+    inserted = 0
+    for start in range(0, len(rows), CHUNK):
+        chunk = list(rows[start : start + CHUNK])
+        stmt = insert(table).values(chunk).on_conflict_do_nothing(index_elements=list(key)).returning(pk)
+        result = await conn.execute(stmt)
+        inserted += len(result.fetchall())
+    return inserted
+
+
+async def ensure_cluster(conn: AsyncConnection, name: str, spec: dict[str, Any] | None = None) -> bool:
+    """Register a cluster once; True if it was new."""
+    return await insert_or_ignore(conn, _table(Cluster), [{"name": name, "spec": spec}], ["name"]) == 1
+
+
+async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
+    """Record the pending jobs of a snapshot the first time they are seen; returns the new ones."""
+    await ensure_cluster(conn, snapshot.cluster)
+    rows = [
+        {
+            "cluster": snapshot.cluster,
+            "job_id": j.job_id,
+            "submit_s": j.submit_s,
+            "gpus": j.gpus,
+            "gpu_milli": j.gpu_milli,
+            "cpus_milli": j.cpus_milli,
+            "mem_mib": j.mem_mib,
+            "est_runtime_s": j.est_runtime_s,
+            "user_name": j.user,
+            "partition": j.partition,
+            "qos": j.qos,
+        }
+        for j in snapshot.pending
+    ]
+    return await insert_or_ignore(conn, _table(Job), rows, ["cluster", "job_id"])
+
+
+async def record_decision(conn: AsyncConnection, decision: PlacementDecision) -> int:
+    """Store one row per job of a decision; a redelivered decision inserts nothing."""
+    await ensure_cluster(conn, decision.cluster)
+    total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
+    rows = [
+        {
+            "correlation_id": decision.correlation_id,
+            "cluster": decision.cluster,
+            "job_id": p.job_id,
+            "snapshot_time": decision.snapshot_time,
+            "sequence": decision.sequence,
+            "rank": p.rank,
+            "priority": p.priority,
+            "nodes": list(p.nodes),
+            "placed": bool(p.nodes),
+            "mode": p.mode,
+            "policy": decision.policy,
+            "model_version": decision.model_version,
+            "fallback": decision.fallback,
+            "features": dict(p.features),
+            "latencies_ms": dict(decision.latencies_ms),
+            "latency_ms": total,
+        }
+        for p in decision.placements
+    ]
+    return await insert_or_ignore(conn, _table(Decision), rows, ["correlation_id", "job_id"])
+
+
+async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
+    """Store a finished job once; True if it was new."""
+    await ensure_cluster(conn, outcome.cluster)
+    row = {
+        "cluster": outcome.cluster,
+        "job_id": outcome.job_id,
+        "correlation_id": outcome.correlation_id,
+        "submit_s": outcome.submit_s,
+        "start_s": outcome.start_s,
+        "end_s": outcome.end_s,
+        "wait_s": outcome.wait_s,
+        "jct_s": outcome.jct_s,
+        "bsld": outcome.bsld(),
+        "gpus": outcome.gpus,
+        "status": outcome.status,
+    }
+    return await insert_or_ignore(conn, _table(Outcome), [row], ["cluster", "job_id"]) == 1
+
+
+async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bool:
+    """Store a model version once, then apply its announced status (idempotent); True if new."""
+    table = _table(ModelVersionRow)
+    row = {
+        "version": model.version,
+        "cluster": model.cluster,
+        "sha256": model.sha256,
+        "uri": model.uri,
+        "card": dict(model.card),
+        "status": model.status,
+        "created_at": model.created_at,
+        "promoted_at": model.promoted_at,
+    }
+    new = await insert_or_ignore(conn, table, [row], ["version"]) == 1
+    if not new:
+        await conn.execute(
+            update(table)
+            .where(table.c.version == model.version)
+            .values(status=model.status, promoted_at=model.promoted_at)
+        )
+    return new

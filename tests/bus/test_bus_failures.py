@@ -1,0 +1,170 @@
+"""Crashes, handler errors and hostile input: nothing lost, nothing duplicated, no retry loops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import pytest
+from sqlalchemy import func, select
+
+from shared.bus import Consumer, Delivery, stream_name
+from shared.schemas import JobOutcome, PlacementDecision, encode
+from shared.store import Decision, create_engine, record_decision, upgrade
+from tests.bus.bus_helpers import Recorder, dead_letters, process_until, wait_all_acked
+from tests.conftest_services import Bus
+from tests.schemas.message_factories import decision, outcome
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_crash_before_ack_is_redelivered_and_stored_exactly_once(bus: Bus, postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    cluster = f"crash-{bus.subjects.root}"
+    sent = decision(cluster=cluster, correlation_id=bus.subjects.root, jobs=("a", "b", "c"))
+    await bus.publisher.publish(sent)
+    stored = asyncio.Event()
+    inserted: list[int] = []
+
+    async def store_then_hang(message: PlacementDecision, delivery: Delivery) -> None:
+        async with engine.begin() as conn:
+            inserted.append(await record_decision(conn, message))
+        stored.set()
+        await asyncio.sleep(3600)  # the replica "dies" here: it never acks
+
+    async def store(message: PlacementDecision, delivery: Delivery) -> None:
+        async with engine.begin() as conn:
+            inserted.append(await record_decision(conn, message))
+        deliveries.append(delivery.num_delivered)
+
+    deliveries: list[int] = []
+    doomed = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="placements",
+        model=PlacementDecision,
+        durable="recorder",
+        handler=store_then_hang,
+        settings=bus.settings,
+    )
+    task = asyncio.create_task(doomed.process_batch())
+    await asyncio.wait_for(stored.wait(), 5)
+    task.cancel()  # kill the replica mid-handler
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    survivor = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="placements",
+        model=PlacementDecision,
+        durable="recorder",
+        handler=store,
+        settings=bus.settings,
+    )
+    await process_until([survivor], lambda: bool(deliveries), timeout_s=10)  # after ack_wait (1 s)
+    assert deliveries == [2] and inserted == [3, 0]
+    async with engine.connect() as conn:
+        count = await conn.scalar(
+            select(func.count()).select_from(Decision).where(Decision.cluster == cluster)
+        )
+    assert count == 3
+    await engine.dispose()
+
+
+async def test_failing_handler_is_retried_then_dead_lettered(bus: Bus) -> None:
+    attempts: list[int] = []
+
+    async def broken(message: JobOutcome, delivery: Delivery) -> None:
+        attempts.append(delivery.num_delivered)
+        raise RuntimeError("database unreachable")
+
+    consumer = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="outcomes",
+        model=JobOutcome,
+        durable="store",
+        handler=broken,
+        settings=bus.settings,
+    )
+    await bus.publisher.publish(outcome(job_id="j1"))
+    await process_until([consumer], lambda: consumer.stats.dead_lettered == 1)
+    assert attempts == [1, 2, 3]  # max_deliver = 3 attempts, then dead
+    [letter] = await dead_letters(bus.js, bus.subjects.of("c1", "dead"), 1)
+    assert letter.reason == "handler failed 3 times: RuntimeError: database unreachable"
+    assert letter.stage == "store" and letter.deliveries == 3 and letter.correlation_id == "corr1"
+    await wait_all_acked(bus.js, stream_name(bus.subjects, "outcomes"), "store")
+
+
+def hostile_payloads(cluster: str) -> list[tuple[str, bytes]]:
+    """1,000 bad messages of many kinds, each with the reason fragment its dead letter must carry."""
+    good = json.loads(encode(outcome(cluster=cluster)))
+    cases: list[tuple[str, bytes]] = []
+
+    def variant(fragment: str, **changes: object) -> tuple[str, bytes]:
+        doc = {k: v for k, v in (good | changes).items() if v is not ...}
+        return fragment, json.dumps(doc).encode()
+
+    for i in range(1000):
+        kind = i % 12
+        if kind == 0:
+            cases.append(("Invalid JSON", b'{"job_id": "j' + str(i).encode()))
+        elif kind == 1:
+            cases.append(variant("gpus: Input should be a valid integer", gpus=str(i)))
+        elif kind == 2:
+            cases.append(variant("unsupported schema_version", schema_version=i + 2))
+        elif kind == 3:
+            cases.append(variant("job_id: Field required", job_id=...))
+        elif kind == 4:
+            cases.append(("exceeds the limit", b'{"pad": "' + b"x" * 300_000 + b'"}'))
+        elif kind == 5:
+            cases.append(("Invalid JSON", bytes(range(256)) * 4))
+        elif kind == 6:
+            cases.append(variant("Extra inputs are not permitted", exploit="<script>"))
+        elif kind == 7:
+            cases.append(variant("on subject of cluster", cluster="someone-else"))
+        elif kind == 8:
+            cases.append(variant("is before", end_s=-5.0))
+        elif kind == 9:
+            cases.append(("Invalid JSON", b"[" * 20_000 + b"]" * 20_000))
+        elif kind == 10:
+            cases.append(("invalid JobOutcome", b""))
+        else:
+            cases.append(variant("Input should be a finite number", start_s=float("nan")))
+    return cases
+
+
+async def test_a_thousand_hostile_messages_are_dead_lettered_and_service_continues(bus: Bus) -> None:
+    cluster = "c1"
+    subject = bus.subjects.of(cluster, "outcomes")
+    cases = hostile_payloads(cluster)
+    for _, payload in cases:
+        await bus.js.publish(subject, payload, headers={"X-Evil": "\x7f" * 3000})
+    valid = outcome(cluster=cluster, job_id="after-the-storm")
+    await bus.publisher.publish(valid)
+    rec: Recorder[JobOutcome] = Recorder()
+    consumer = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="outcomes",
+        model=JobOutcome,
+        durable="store",
+        handler=rec,
+        settings=bus.settings,
+    )
+    await process_until([consumer], lambda: len(rec.seen) == 1, timeout_s=30)
+    assert [m for m, _ in rec.seen] == [valid]
+    assert consumer.stats.dead_lettered == 1000 and consumer.stats.handler_errors == 0
+    letters = await dead_letters(bus.js, bus.subjects.of(cluster, "dead"), 1000)
+    assert len(letters) == 1000
+    by_seq = {letter.stream_seq: letter for letter in letters}
+    assert sorted(by_seq) == list(range(1, 1001))  # every stored message, exactly once
+    for seq, (fragment, payload) in enumerate(cases, start=1):
+        letter = by_seq[seq]
+        assert fragment in letter.reason, (seq, fragment, letter.reason)
+        assert letter.payload_bytes == len(payload) and letter.original_subject == subject
+        assert letter.stage == "store" and len(letter.payload_excerpt) <= 2048
+    reasons = Counter(letter.reason.split(":")[0] for letter in letters)
+    assert sum(reasons.values()) == 1000

@@ -1,0 +1,209 @@
+"""Message validation: round trips, and errors that name the field and what was expected."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import BaseModel
+
+from shared.schemas import (
+    DEFAULT_LIMITS,
+    DeadLetter,
+    FeatureMatrix,
+    JobOutcome,
+    Limits,
+    MessageError,
+    PendingJob,
+    PriorityVector,
+    QueueSnapshot,
+    SubjectError,
+    Subjects,
+    decode,
+    encode,
+    validate_cluster_name,
+)
+from shared.schemas.jsonschema import DEFAULT_DIR, schema_documents
+from tests.schemas.message_factories import every_message, features, outcome, priorities, snapshot
+
+
+def snapshot_doc() -> dict[str, object]:
+    doc: dict[str, object] = json.loads(encode(snapshot()))
+    return doc
+
+
+def reject(doc: object, model: type = QueueSnapshot, limits: Limits = DEFAULT_LIMITS) -> MessageError:
+    data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    with pytest.raises(MessageError) as info:
+        decode(model, data, limits)
+    return info.value
+
+
+@pytest.mark.parametrize("message", every_message(), ids=lambda m: type(m).__name__)
+def test_every_message_round_trips(message: object) -> None:
+    model = type(message)
+    data = encode(message)  # type: ignore[arg-type]
+    assert decode(model, data) == message  # type: ignore[type-var]
+    assert decode(model, data).message_id() == message.message_id()  # type: ignore[type-var, attr-defined]
+
+
+def test_wrong_type_names_the_field_and_the_expected_type() -> None:
+    doc = snapshot_doc()
+    doc["pending"][1]["gpus"] = "2"  # type: ignore[index]
+    err = reject(doc)
+    assert "pending.1.gpus" in err.reason and "valid integer" in err.reason and "'2'" in err.reason
+    assert err.errors[0].loc == "pending.1.gpus" and err.errors[0].type == "int_type"
+
+
+def test_unknown_schema_version_is_refused_with_the_supported_ones() -> None:
+    doc = snapshot_doc()
+    doc["schema_version"] = 99
+    err = reject(doc)
+    assert (
+        "schema_version" in err.reason
+        and "unsupported schema_version 99" in err.reason
+        and "[1]" in err.reason
+    )
+
+
+def test_missing_and_extra_fields() -> None:
+    doc = snapshot_doc()
+    del doc["nodes"]
+    doc["surprise"] = 1
+    err = reject(doc)
+    locs = {e.loc: e.type for e in err.errors}
+    assert locs == {"nodes": "missing", "surprise": "extra_forbidden"}
+
+
+def test_invalid_json_and_non_object() -> None:
+    assert "Invalid JSON" in reject(b'{"cluster": ').reason
+    assert "QueueSnapshot" in reject(b"[1, 2, 3]").reason
+
+
+def test_non_finite_and_negative_values() -> None:
+    doc = snapshot_doc()
+    doc["pending"][0]["est_runtime_s"] = -1.0  # type: ignore[index]
+    assert "pending.0.est_runtime_s" in reject(doc).reason
+    with pytest.raises(ValueError, match="finite"):
+        PendingJob(job_id="x", submit_s=float("nan"), gpus=1, est_runtime_s=1.0)
+
+
+def test_fractional_share_needs_one_gpu() -> None:
+    with pytest.raises(ValueError, match="requires gpus == 1"):
+        PendingJob(job_id="x", submit_s=0.0, gpus=2, gpu_milli=500, est_runtime_s=1.0)
+
+
+def test_job_count_limit_is_configurable() -> None:
+    data = encode(snapshot(n_jobs=5))
+    assert len(decode(QueueSnapshot, data).pending) == 5
+    err = reject(data, limits=Limits(max_jobs=4))
+    assert "pending holds 5 entries, more than the limit of 4" in err.reason
+
+
+def test_byte_limit_is_checked_before_parsing_and_on_encode() -> None:
+    limits = Limits(max_message_bytes=2048)
+    err = reject(b"x" * 5000, limits=limits)
+    assert "5000 bytes exceeds the limit of 2048" in err.reason
+    with pytest.raises(MessageError, match="more than the limit of 2048 bytes"):
+        encode(snapshot(n_jobs=40), limits)
+
+
+def test_duplicates_and_unknown_nodes_are_refused() -> None:
+    doc = snapshot_doc()
+    doc["pending"][1]["job_id"] = "j0"  # type: ignore[index]
+    assert "'j0' appears more than once" in reject(doc).reason
+    doc = snapshot_doc()
+    doc["running"][0]["nodes"] = ["ghost"]  # type: ignore[index]
+    assert "node 'ghost', absent from nodes" in reject(doc).reason
+
+
+def test_derived_messages_check_their_shapes() -> None:
+    fm = features()
+    bad_rows = json.loads(encode(fm)) | {"values": [[0.1, 0.2]]}
+    assert "values has 1 rows, expected one per job" in reject(bad_rows, FeatureMatrix).reason
+    wrong_origin = json.loads(encode(fm)) | {"correlation_id": "other"}
+    assert "snapshot belongs to cluster" in reject(wrong_origin, FeatureMatrix).reason
+    pv = json.loads(encode(priorities(fm))) | {"priorities": [1.0]}
+    assert "priorities has 1 entries, expected 3" in reject(pv, PriorityVector).reason
+
+
+def test_outcome_metrics_are_derived_and_times_ordered() -> None:
+    o = outcome()
+    assert (o.wait_s, o.jct_s) == (101.0, 701.0)
+    assert o.bsld() == pytest.approx(701.0 / 600.0)
+    with pytest.raises(ValueError, match=r"end_s 1\.0 is before start_s 101\.0"):
+        JobOutcome.model_validate(o.model_dump() | {"end_s": 1.0}, strict=False)
+
+
+@pytest.mark.parametrize("name", ["a.b", "*", ">", "", " x", "x y", "a" * 64, "-a", "ü"])
+def test_cluster_names_that_would_break_subjects(name: str) -> None:
+    with pytest.raises(SubjectError, match="not usable in a subject"):
+        validate_cluster_name(name)
+    with pytest.raises(SubjectError):
+        Subjects().of(name, "snapshots")
+    doc = snapshot_doc() | {"cluster": name}
+    assert "cluster" in reject(doc).errors[0].loc
+
+
+def test_subjects_are_built_and_parsed_in_one_place() -> None:
+    s = Subjects()
+    assert s.of("alibaba-openb", "snapshots") == "hylo.v1.alibaba-openb.snapshots"
+    assert s.all_clusters("dead") == "hylo.v1.*.dead"
+    assert s.parse("hylo.v1.philly.outcomes") == ("philly", "outcomes")
+    for bad in ("hylo.v1.philly", "other.v1.philly.outcomes", "hylo.v1.philly.nope"):
+        with pytest.raises(SubjectError):
+            s.parse(bad)
+    with pytest.raises(SubjectError, match="subject root"):
+        Subjects(root="a.b")
+    assert Subjects(root="t123").of("c", "models") == "t123.v1.c.models"
+
+
+def test_message_ids_are_deterministic() -> None:
+    a, b = snapshot(), snapshot()
+    assert a.message_id() == b.message_id() == "snapshots.c1.corr1"
+    assert outcome().message_id() == "outcomes.c1.j0"
+
+
+def test_dead_letter_bounds_hostile_input() -> None:
+    payload = b"\xff\xfe" + b"A" * 500_000
+    headers = {f"h{i}": "v" * 5000 for i in range(100)}
+    letter = DeadLetter.build(
+        cluster="c1",
+        stage="featurizer",
+        reason="bad\nthing",
+        subject="hylo.v1.c1.snapshots",
+        payload=payload,
+        headers=headers,
+    )
+    again = decode(DeadLetter, encode(letter))
+    assert again.payload_bytes == len(payload) and len(again.payload_excerpt) <= 2048
+    assert again.payload_excerpt.startswith("\\xff\\xfe") and len(again.headers) == 32
+    assert again.reason == "bad; thing" and len(encode(letter)) < 64 * 1024
+
+
+def test_json_schema_files_are_up_to_date() -> None:
+    for name, text in schema_documents().items():
+        path = DEFAULT_DIR / name
+        assert path.exists(), f"{path} missing: run python -m shared.schemas.jsonschema"
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path} is stale: run python -m shared.schemas.jsonschema"
+        )
+
+
+def test_docs_name_every_field_of_every_message() -> None:
+    from shared.config import PROJECT_ROOT
+    from shared.schemas import MESSAGE_TYPES, JobPlacement, NodeState, RunningJob
+    from shared.schemas.messages import ExcludedJob
+
+    doc = (PROJECT_ROOT / "docs" / "messages.md").read_text(encoding="utf-8")
+    models: list[type[BaseModel]] = [
+        *MESSAGE_TYPES.values(),
+        DeadLetter,
+        PendingJob,
+        RunningJob,
+        NodeState,
+        JobPlacement,
+        ExcludedJob,
+    ]
+    missing = [f"{m.__name__}.{f}" for m in models for f in m.model_fields if f"`{f}`" not in doc]
+    assert not missing, f"docs/messages.md does not mention: {missing}"

@@ -1,0 +1,37 @@
+"""Every SQL example of docs/analysts.md runs, on SQLite and PostgreSQL, and returns rows."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from shared.config import PROJECT_ROOT
+from tests.store.store_helpers import migrated, seed, url_for
+
+QUERIES = re.findall(r"```sql\n(.*?)```", (PROJECT_ROOT / "docs" / "analysts.md").read_text(), re.S)
+
+
+def test_the_document_has_queries() -> None:
+    assert len(QUERIES) >= 6
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+async def test_every_documented_query_runs(
+    dialect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    pg = str(request.getfixturevalue("postgres_url")) if dialect == "postgresql" else ""
+    engine = await migrated(url_for(dialect, tmp_path, pg))
+    cluster = f"a-{uuid.uuid4().hex[:10]}"
+    await seed(engine, cluster)
+    values = {"cluster": cluster, "job_id": "j2"}
+    async with engine.connect() as conn:
+        for sql in QUERIES:
+            params = {k: v for k, v in values.items() if f":{k}" in sql}
+            rows = (await conn.execute(text(sql), params)).all()
+            assert rows, f"no rows from:\n{sql}"
+    await engine.dispose()
