@@ -190,6 +190,8 @@ class Simulator:
         heap: list[tuple[float, int]] = []
         run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
         run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
+        released_in = [0] * len(st.groups)  # jobs ended so far, per node group
+        blocked_since: dict[int, int] = {}  # shape -> releases in its groups when it fit nowhere
         # The queue: jobs arrive in index order, so every queued job lies in [qlo, i) and a mask
         # over that range gives the queue in arrival order as one vectorized call.
         in_queue = np.zeros(n, dtype=bool)
@@ -266,6 +268,7 @@ class Simulator:
             need, m, c_, mm = gpus[j], milli[j], cpu[j], mem[j]
             single = need > 0 and (m < WHOLE_GPU_MILLI or need <= min(st.groups[g].G for g in gset))
             node_test = single and m == WHOLE_GPU_MILLI and slack == 0
+            share_test = need > 0 and m < WHOLE_GPU_MILLI
             when = INF
             plan: Alloc | None = None
             scratch: _Scratch | None = None
@@ -360,6 +363,13 @@ class Simulator:
                     if node_test:
                         ok = any(gs.whole[i] >= need and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes)
                         if not ok:
+                            continue
+                    elif share_test:
+                        # a share fits only where a release left room on one GPU (nothing fit before)
+                        mf = gs.maxfrac
+                        if mf is None or not any(
+                            mf[i] >= m and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes
+                        ):
                             continue
                     elif (
                         need
@@ -470,9 +480,17 @@ class Simulator:
                 blocked = 0
                 for k, count in shape_count.items():
                     r = shape_rep[k]
-                    if placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None:
+                    # a request that fit nowhere stays so until a job ends in one of its groups
+                    sig = sum(released_in[g] for g in groups_of[r])
+                    if blocked_since.get(k) == sig:
                         shape_blocked.add(k)
                         blocked += count
+                    elif placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None:
+                        shape_blocked.add(k)
+                        blocked += count
+                        blocked_since[k] = sig
+                    else:
+                        blocked_since.pop(k, None)
                 if blocked >= nq:
                     return mode != "none"
             cq, ck, n_free = candidates(now, shape_blocked)
@@ -592,6 +610,7 @@ class Simulator:
                 _, r = heapq.heappop(heap)
                 a = allocs.pop(r)
                 st.give(a)
+                released_in[a.group] += 1
                 del run_sorted[bisect_left(run_sorted, (start[r] + est[r], r))]
                 rg = run_by_group[a.group]
                 del rg[bisect_left(rg, (start[r] + est[r], r))]
