@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from shared.cli.evaluate import evaluate_command
 from shared.cli.simulate import simulate_command
+from shared.cli.train import train_command
 
 app = typer.Typer(
     name="hylo",
@@ -14,6 +16,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("simulate")(simulate_command)
+app.command("train")(train_command)
+app.command("evaluate")(evaluate_command)
 
 
 @app.callback()

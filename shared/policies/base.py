@@ -49,6 +49,9 @@ class Policy(ABC):
     dynamic: bool = False
     #: wants ``on_start``/``on_end`` calls (e.g. fair-share usage)
     tracks_jobs: bool = False
+    #: keys are whole numbers (e.g. Slurm's integer priorities): the simulator may fold the
+    #: arrival tie-break into them
+    integer_keys: bool = False
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

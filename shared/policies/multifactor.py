@@ -45,6 +45,7 @@ class SlurmMultifactor(Policy):
     name = "multifactor"
     dynamic = True
     tracks_jobs = True
+    integer_keys = True
 
     def __init__(self, weights: MultifactorWeights | None = None) -> None:
         self.w = weights or MultifactorWeights()

@@ -165,6 +165,7 @@ class Simulator:
         slack = cfg.node_slack
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
+        int_keys = getattr(policy, "integer_keys", False)
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
         batch_placer = self.batch_placer
         if batch_placer is not None:
@@ -529,12 +530,28 @@ class Simulator:
                         reserve(h, now, reserved)
 
             pending = np.arange(len(cq))
+            if len(cq) > visit_chunk and int_keys:
+                lo_k, hi_k = float(ck.min()), float(ck.max())
+                if max(abs(lo_k), abs(hi_k)) * (n + 1) < 2**52 and bool(np.all(ck == np.floor(ck))):
+                    # integer keys (Slurm priorities) tie a lot, and selection over many equal
+                    # values is slow: key x (n + 1) + job index is unique and sorts the same way
+                    ck = ck * float(n + 1) + cq
             while len(pending):
                 if len(pending) > visit_chunk:
                     pk = ck[pending]
                     edge = np.partition(pk, visit_chunk - 1)[visit_chunk - 1]
-                    take = pk <= edge  # every tie of the edge key too, so ties keep arrival order
-                    chunk, pending = pending[take], pending[~take]
+                    below = pk < edge
+                    tied = np.flatnonzero(pk == edge)
+                    room = visit_chunk - int(np.count_nonzero(below))
+                    if len(tied) > room:
+                        # many jobs share the edge key (integer priorities): take the earliest
+                        # arrivals among them, the rest wait for the next chunk
+                        if pending[tied[-1]] >= n_free:  # blocked heads sit after the arrival-ordered part
+                            tied = tied[np.argsort(cq[pending[tied]], kind="stable")]
+                        below[tied[:room]] = True
+                    else:
+                        below[tied] = True
+                    chunk, pending = pending[below], pending[~below]
                 else:
                     chunk, pending = pending, pending[:0]
                 chunk = chunk[np.lexsort((cq[chunk], ck[chunk]))]

@@ -1,0 +1,194 @@
+"""``hylo evaluate``: a trained checkpoint against every base policy, on held-out windows only."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shared.cli.simulate import _fail
+from shared.metrics import PolicyComparison, chronological_split, make_windows
+from shared.model import ActorCritic, CheckpointError
+from shared.policies import POLICY_NAMES
+from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
+from shared.rl.setup import RunSetup, load_runner, load_trained
+
+console = Console()
+METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while_waiting")
+
+
+def evaluate_command(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint folder written by hylo train")],
+    trace: Annotated[str | None, typer.Option(help="trace (default: the checkpoint's)")] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="cluster preset or spec file (default: the trace's)")
+    ] = None,
+    windows: Annotated[int, typer.Option(help="held-out windows (the last 10% of the trace)")] = 100,
+    window_size: Annotated[int | None, typer.Option(help="jobs per window (default: as trained)")] = None,
+    policies: Annotated[str, typer.Option(help="baselines, comma-separated")] = ",".join(POLICY_NAMES),
+    paper: Annotated[bool | None, typer.Option(help="paper setting (default: as trained)")] = None,
+    warmup: Annotated[int | None, typer.Option(help="warm-up jobs per window (default: as trained)")] = None,
+    estimates: Annotated[str, typer.Option(help="noisy | history | oracle | trace")] = "noisy",
+    sampled: Annotated[bool, typer.Option(help="also evaluate sampled (non-greedy) orderings")] = True,
+    transfer: Annotated[
+        str, typer.Option(help="base policies to lay the learned policy over (Table 7)")
+    ] = "",
+    train_fraction: Annotated[
+        float | None,
+        typer.Option(help="chronological split; windows come from after it (default: as trained)"),
+    ] = None,
+    jobs: Annotated[int | None, typer.Option(help="embedded workload size (default: as trained)")] = None,
+    overlap: Annotated[bool, typer.Option(help="allow overlapping held-out windows (tiny traces)")] = False,
+    untrained: Annotated[
+        bool, typer.Option(help="control: the trainer's initial model (card's seed) instead of the weights")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="seed of the window choice, samples and bootstrap")] = 0,
+    out: Annotated[Path, typer.Option(help="folder for evaluate.json and the plots")] = Path(
+        "hylo-out/evaluate"
+    ),
+    plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
+) -> None:
+    """Evaluate a trained prioritizer on held-out windows against the base policies (paired, 95% CIs)."""
+    torch.set_num_threads(1)
+    try:
+        model, card, schema = load_trained(checkpoint)
+    except CheckpointError as err:
+        raise _fail(f"cannot use checkpoint: {err}") from None
+    info = card.training
+    extra = info.extra
+    if untrained:  # the model the trainer started from: how much of the result is training's
+        torch.manual_seed(info.seed)
+        model = ActorCritic(card.model).eval()
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    bases = [p.strip() for p in transfer.split(",") if p.strip()]
+    unknown = [p for p in names + bases if p not in POLICY_NAMES]
+    if unknown:
+        raise _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
+    if info.base_policy not in names:
+        names.insert(0, info.base_policy)
+    sim_cfg = extra.get("sim_config")
+    trained_paper = isinstance(sim_cfg, dict) and sim_cfg.get("backfill") == "none"
+    use_paper = trained_paper if paper is None else paper
+    trained_warmup = extra.get("warmup")
+    size_default = extra.get("window_size")
+    size = window_size or (size_default if isinstance(size_default, int) else 256)
+    setup = RunSetup(
+        base_policy=info.base_policy,
+        metric=info.metric,
+        paper=use_paper,
+        estimates=estimates,
+        warmup=warmup
+        if warmup is not None
+        else (trained_warmup if isinstance(trained_warmup, int) else None),
+        sampling=schema.sampling.mode,
+        seed=info.seed,  # the workload (embedded jobs, estimate noise) as trained; --seed picks windows
+        n_jobs=jobs or (n_default if isinstance(n_default := extra.get("jobs"), int) else 20_000),
+    )
+    trace_name = trace or (None if info.trace == "embedded" else info.trace)
+    from shared.traces import TraceFormatError, TraceNotFoundError
+
+    t0 = time.perf_counter()
+    try:
+        cluster_arg = extra.get("cluster_arg")
+        trained_cluster = cluster_arg if isinstance(cluster_arg, str) and trace is None else None
+        work, runner = load_runner(trace_name, cluster or trained_cluster, setup)
+    except (TraceFormatError, TraceNotFoundError, ValueError) as err:
+        raise _fail(str(err)) from None
+    n = len(work.bound.jobs)
+    frac_default = extra.get("train_fraction")
+    frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
+    _, test = chronological_split(n, frac)
+    try:
+        chosen = make_windows(test, size, windows, seed=seed, overlap=overlap)
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    s = runner.settings
+    console.print(
+        f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/]: {len(chosen)} held-out windows "
+        f"of {size} jobs (jobs {test.start:,}..{test.stop - 1:,}); model trained with base "
+        f"{info.base_policy}, metric {info.metric}; backfill={s.config.backfill}, warm-up {s.warmup} jobs"
+    )
+    if len(chosen) < windows:
+        console.print(f"[yellow]only {len(chosen)} windows fit in the test part[/]")
+    labels = names + [GREEDY] + ([SAMPLED] if sampled else []) + [transfer_name(b) for b in bases]
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        tasks = {p: progress.add_task(f"{p:18s}", total=len(chosen)) for p in labels}
+        per = evaluate_learned(
+            runner,
+            model,
+            chosen,
+            names,
+            sampled=sampled,
+            transfer=bases,
+            seed=seed,
+            progress=lambda p, k: progress.update(tasks[p], completed=k),
+        )
+    ordered = {p: per[p] for p in labels}
+    comparison = PolicyComparison(
+        ordered,
+        baseline=info.base_policy,
+        metrics=METRICS,
+        seed=seed,
+        title=f"learned ({info.base_policy}, {info.metric}) on {work.name}, held-out",
+    )
+    console.print(comparison.table(compact=True))
+    report = comparison.to_dict()
+    transfer_rows = {}
+    for b in bases:
+        pair = PolicyComparison(
+            {b: per[b], "learned": per[transfer_name(b)]}, baseline=b, metrics=METRICS, seed=seed
+        )
+        transfer_rows[b] = {m: pair.vs_baseline(m, "learned").to_dict() for m in METRICS}  # type: ignore[union-attr]
+    if transfer_rows:
+        table = Table(title=f"transfer: trained with {info.base_policy}, laid over base Y, vs Y")
+        table.add_column("Y")
+        for m in METRICS[:3]:
+            table.add_column(f"{m} gain [95% CI]", justify="right")
+        for b, row in transfer_rows.items():
+            table.add_row(
+                b,
+                *[
+                    f"{row[m]['rel_improvement']:+.1%} [{row[m]['rel_low']:+.1%}, {row[m]['rel_high']:+.1%}]"
+                    for m in METRICS[:3]
+                ],
+            )
+        console.print(table)
+    report["setup"] = {
+        "checkpoint": str(checkpoint),
+        "card": json.loads(card.model_dump_json()),
+        "workload": work.name,
+        "cluster": work.spec.name,
+        "test_jobs": [test.start, test.stop],
+        "windows": [w.label for w in chosen],
+        "window_size": size,
+        "train_fraction": frac,
+        "overlap": overlap,
+        "sim_config": s.config.model_dump(mode="json"),
+        "warmup": s.warmup,
+        "seed": seed,
+        "untrained": untrained,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    report["transfer"] = transfer_rows
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "evaluate.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"wrote {path}")
+    if plots:
+        for p in comparison.plot(out):
+            console.print(f"wrote {p}")

@@ -1,0 +1,234 @@
+"""``hylo train``: train the learned prioritizer with PPO against a base policy on a trace."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shared.cli.simulate import _fail
+from shared.metrics import chronological_split, make_windows
+from shared.model import ModelConfig, save_checkpoint
+from shared.policies import POLICY_NAMES
+from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric, mean_reward
+from shared.rl.plots import training_curve
+from shared.rl.ppo import PPOConfig
+from shared.rl.reward import RewardSpec
+from shared.rl.setup import RunSetup, load_runner, make_card
+from shared.rl.trainer import TrainConfig, train
+
+console = Console()
+
+
+def _clean(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def train_command(
+    trace: Annotated[
+        str | None, typer.Option(help="trace name or path (default: the embedded workload)")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="cluster preset or spec file (default: the trace's)")
+    ] = None,
+    base_policy: Annotated[str, typer.Option(help=f"base policy, from {', '.join(POLICY_NAMES)}")] = "fcfs",
+    metric: Annotated[
+        str, typer.Option(help="wait | jct | bsld | utilization, or a mix 'wait:0.5,bsld:0.5'")
+    ] = "bsld",
+    epochs: Annotated[int, typer.Option(help="PPO epochs (one update each)")] = 30,
+    windows_per_epoch: Annotated[int, typer.Option(help="training windows (episodes) per epoch")] = 16,
+    window_size: Annotated[int, typer.Option(help="jobs per window")] = 256,
+    warmup: Annotated[
+        int | None, typer.Option(help="warm-up jobs before each window (default 256; 0 with --paper)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the model, windows, samples and estimates")] = 0,
+    paper: Annotated[
+        bool,
+        typer.Option(
+            help="the RLTune paper's setting: no backfill, oracle runtimes, first-fit, cold windows"
+        ),
+    ] = False,
+    estimates: Annotated[str, typer.Option(help="noisy | history | oracle | trace")] = "noisy",
+    workers: Annotated[int, typer.Option(help="processes simulating episodes in parallel")] = 1,
+    sampling: Annotated[
+        str, typer.Option(help="feature selection: state (the paper's rule) | fixed")
+    ] = "state",
+    learning_rate: Annotated[float, typer.Option(help="Adam learning rate")] = 3e-4,
+    update_epochs: Annotated[int, typer.Option(help="passes over each epoch's decisions")] = 4,
+    minibatch_size: Annotated[int, typer.Option(help="decisions per minibatch")] = 256,
+    ent_coef: Annotated[float, typer.Option(help="entropy bonus")] = 0.0,
+    gamma: Annotated[float, typer.Option(help="discount per decision")] = 1.0,
+    gae_lambda: Annotated[float, typer.Option(help="GAE lambda")] = 0.97,
+    target_kl: Annotated[float, typer.Option(help="KL early stop (0: off)")] = 0.02,
+    top_k: Annotated[int, typer.Option(help="picks per action (0: the whole queue)")] = 32,
+    max_queue: Annotated[int, typer.Option(help="queue slots the model orders")] = 256,
+    validation_windows: Annotated[
+        int, typer.Option(help="greedy validation windows (end of the train part)")
+    ] = 16,
+    eval_every: Annotated[int, typer.Option(help="validate every this many epochs")] = 1,
+    test_windows: Annotated[int, typer.Option(help="held-out windows scored for the checkpoint card")] = 20,
+    train_fraction: Annotated[
+        float, typer.Option(help="chronological split: share of jobs for training")
+    ] = 0.9,
+    jobs: Annotated[int, typer.Option(help="jobs of the embedded workload (without --trace)")] = 20_000,
+    max_minutes: Annotated[float | None, typer.Option(help="stop after this many minutes")] = None,
+    out: Annotated[
+        Path, typer.Option(help="output folder: checkpoint/, train_log.csv/json, training_curve.png")
+    ] = Path("hylo-out/train"),
+) -> None:
+    """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
+    torch.set_num_threads(1)
+    if base_policy not in POLICY_NAMES:
+        raise _fail(f"unknown base policy {base_policy!r}; choose from {', '.join(POLICY_NAMES)}")
+    if sampling not in ("state", "fixed"):
+        raise _fail(f"--sampling must be state or fixed, not {sampling!r}")
+    try:
+        spec = RewardSpec.parse(metric)
+        model_cfg = ModelConfig(max_queue=max_queue, top_k=top_k or None)
+        ppo = PPOConfig(
+            learning_rate=learning_rate,
+            update_epochs=update_epochs,
+            minibatch_size=minibatch_size,
+            ent_coef=ent_coef,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            target_kl=target_kl or None,
+        )
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs)
+    from shared.traces import TraceFormatError, TraceNotFoundError
+
+    t0 = time.perf_counter()
+    try:
+        work, runner = load_runner(trace, cluster, setup)
+    except (TraceFormatError, TraceNotFoundError, ValueError) as err:
+        raise _fail(str(err)) from None
+    s = runner.settings
+    console.print(
+        f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/] ({work.spec.total_gpus:,} GPUs), "
+        f"{len(work.bound.jobs):,} jobs; base {base_policy}, reward {spec.describe()}, "
+        f"backfill={s.config.backfill}, placement={s.config.placement}, "
+        f"estimates={'oracle' if s.config.oracle_runtimes else estimates}, warm-up {s.warmup} jobs"
+    )
+    cfg = TrainConfig(
+        epochs=epochs,
+        windows_per_epoch=windows_per_epoch,
+        window_size=window_size,
+        seed=seed,
+        workers=workers,
+        validation_windows=validation_windows,
+        eval_every=eval_every,
+        train_fraction=train_fraction,
+        max_minutes=max_minutes,
+        model=model_cfg,
+        ppo=ppo,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    primary = spec.metrics[0]
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("epochs", total=epochs)
+
+        def report(row: dict[str, float]) -> None:
+            progress.update(task, completed=int(row["epoch"]))
+            if row["epoch"] >= 1:
+                val = f", val reward {row['val_reward']:+.3f}" if "val_reward" in row else ""
+                progress.console.print(
+                    f"epoch {int(row['epoch']):3d}: reward {row['reward']:+.3f}, {primary} agent "
+                    f"{row['agent']:.4g} vs {base_policy} {row['base']:.4g}{val}, {int(row['decisions'])} "
+                    f"decisions ({row['decisions_per_s']:.0f}/s), kl {row['approx_kl']:.4f}, "
+                    f"{row['wall_s']:.0f}s",
+                    highlight=False,
+                )
+
+        result = train(runner, cfg, progress=report)
+
+    keys = sorted({k for row in result.history for k in row})
+    with (out / "train_log.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(result.history)
+    curve = training_curve(result.history, out / "training_curve.png", primary, base_policy)
+
+    held_out: dict[str, Any] = {}
+    windows = []
+    if test_windows > 0:
+        _, test = chronological_split(len(work.bound.jobs), cfg.train_fraction)
+        try:
+            windows = make_windows(test, window_size, test_windows, seed=seed)
+        except ValueError as err:
+            console.print(f"[yellow]no held-out score for the card: {escape(str(err))}[/]")
+            windows = []
+    if windows:
+        with console.status(f"scoring {len(windows)} held-out windows"):
+            per = evaluate_learned(runner, result.best_model, windows, [base_policy], sampled=False)
+        held_out = {
+            "windows": len(windows),
+            "window_size": window_size,
+            "mean_reward": mean_reward(runner, per[GREEDY], per[base_policy]),
+            **{f"{m}_{GREEDY}": _clean(mean_metric(per[GREEDY], m)) for m in spec.metrics},
+            **{f"{m}_{base_policy}": _clean(mean_metric(per[base_policy], m)) for m in spec.metrics},
+        }
+        console.print(f"held-out (greedy, best epoch {result.best_epoch}): {held_out}", highlight=False)
+    card = make_card(
+        result.best_model,
+        runner,
+        trace=trace or "embedded",
+        cluster=work.spec.name,
+        seed=seed,
+        epochs=int(result.history[-1]["epoch"]),
+        held_out=held_out,
+        extra={
+            "best_epoch": result.best_epoch,
+            "train_range": [result.train_range.start, result.train_range.stop],
+            "window_size": window_size,
+            "train_fraction": train_fraction,
+            "jobs": jobs,
+            "cluster_arg": cluster,
+            "ppo": ppo.model_dump(mode="json"),
+            "wall_seconds": result.wall_seconds,
+        },
+    )
+    save_checkpoint(out / "checkpoint", result.best_model, card)
+    log = {
+        "setup": {
+            "trace": trace,
+            "cluster": work.spec.name,
+            "base_policy": base_policy,
+            "metric": spec.describe(),
+            "sim_config": s.config.model_dump(mode="json"),
+            "warmup": s.warmup,
+            "seed": seed,
+            "workers": workers,
+            "epochs": epochs,
+            "windows_per_epoch": windows_per_epoch,
+            "window_size": window_size,
+            "train_fraction": train_fraction,
+            "jobs": jobs,
+            "cluster_arg": cluster,
+            "ppo": ppo.model_dump(mode="json"),
+            "model": model_cfg.model_dump(mode="json"),
+        },
+        "history": [{k: _clean(v) for k, v in row.items()} for row in result.history],
+        "best_epoch": result.best_epoch,
+        "held_out": held_out,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    (out / "train_log.json").write_text(json.dumps(log, indent=2))
+    console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")

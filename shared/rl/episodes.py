@@ -1,0 +1,124 @@
+"""Episodes: one window of jobs, simulated warm, scored against the base policy's run of it.
+
+An episode simulates the ``warmup`` jobs before a window and the window's jobs, until all have
+finished, scoring only the window (``metric_range``). The agent acts from the window's first
+submit on (before that it is the base policy, so the warm-up schedule is the base policy's). The
+base policy's score of each window is computed once and cached: it is the reference of the
+normalized-gap reward (``shared.rl.reward``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from shared.features import FeatureSampler, FeatureSchema, SamplingConfig
+from shared.metrics import Window, WindowMetrics, summarize_window
+from shared.model import ActorCritic
+from shared.policies import make_policy
+from shared.rl.policy import Decision, LearnedPolicy, Mode
+from shared.rl.reward import RewardSpec
+from shared.sim.binding import BoundWorkload
+from shared.sim.config import SimConfig
+from shared.sim.simulator import Simulator
+
+
+@dataclass
+class EpisodeResult:
+    """What one episode returns to the trainer (picklable, for worker processes)."""
+
+    window: Window
+    reward: float
+    base_scores: dict[str, float]
+    agent_scores: dict[str, float]
+    decisions: list[Decision] = field(default_factory=list)
+    sim_seconds: float = 0.0
+
+
+@dataclass
+class EpisodeSettings:
+    """Everything that fixes how a window is simulated and scored."""
+
+    base_policy: str = "fcfs"
+    reward: RewardSpec = field(default_factory=lambda: RewardSpec.parse("bsld"))
+    config: SimConfig = field(default_factory=SimConfig)
+    warmup: int = 256
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    @property
+    def schema(self) -> FeatureSchema:
+        """The feature schema the agent's inputs follow (its hash goes into checkpoints)."""
+        return FeatureSchema.current(sampling=self.sampling)
+
+
+class EpisodeRunner:
+    """Simulates windows of one bound workload under the base policy and under the agent."""
+
+    def __init__(self, workload: BoundWorkload, settings: EpisodeSettings, excluded: int = 0) -> None:
+        self.workload = workload
+        self.settings = settings
+        self.excluded = excluded
+        self._base_cache: dict[Window, WindowMetrics] = {}
+
+    def job_range(self, window: Window) -> tuple[int, int]:
+        return max(0, window.start - self.settings.warmup), window.stop
+
+    def simulate(self, policy_or_name: LearnedPolicy | str, window: Window) -> WindowMetrics:
+        """Metrics of ``window`` under a base policy (by name) or a learned policy."""
+        policy = make_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
+        sim = Simulator(self.workload, policy, self.settings.config)
+        result = sim.run(self.job_range(window), (window.start, window.stop))
+        name = policy_or_name if isinstance(policy_or_name, str) else policy.describe()
+        metrics = summarize_window(result, window, excluded=self.excluded, label=window.label)
+        return metrics.model_copy(update={"policy": name})
+
+    def base_metrics(self, window: Window) -> WindowMetrics:
+        """The base policy's metrics of ``window`` (cached: every episode on it needs them)."""
+        cached = self._base_cache.get(window)
+        if cached is None:
+            cached = self._base_cache[window] = self.simulate(self.settings.base_policy, window)
+        return cached
+
+    def learned_policy(
+        self,
+        model: ActorCritic,
+        window: Window,
+        mode: Mode,
+        generator: torch.Generator | None = None,
+        base_policy: str | None = None,
+    ) -> LearnedPolicy:
+        """The agent for ``window``: the base policy until the window's first submit."""
+        warm_until = float(self.workload.jobs.submit[window.start])
+        base = make_policy(base_policy or self.settings.base_policy)
+        sampler = FeatureSampler(self.settings.sampling)
+        return LearnedPolicy(
+            model, base, mode=mode, warm_until=warm_until, sampler=sampler, generator=generator
+        )
+
+    def run(self, model: ActorCritic, window: Window, mode: Mode = "sample", seed: int = 0) -> EpisodeResult:
+        """One episode: simulate the agent on ``window``; reward against the cached base run."""
+        import time
+
+        generator = torch.Generator().manual_seed(seed)
+        policy = self.learned_policy(model, window, mode, generator)
+        t0 = time.perf_counter()
+        agent = self.simulate(policy, window)
+        wall = time.perf_counter() - t0
+        spec = self.settings.reward
+        base_scores = spec.scores(self.base_metrics(window))
+        agent_scores = spec.scores(agent)
+        return EpisodeResult(
+            window=window,
+            reward=spec.reward(base_scores, agent_scores),
+            base_scores=base_scores,
+            agent_scores=agent_scores,
+            decisions=policy.log.decisions,
+            sim_seconds=wall,
+        )
+
+
+def episode_seed(seed: int, epoch: int, index: int) -> int:
+    """A per-episode seed that does not depend on which worker runs the episode."""
+    return int(np.random.SeedSequence([seed, epoch, index]).generate_state(1)[0])
