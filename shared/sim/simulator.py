@@ -193,10 +193,12 @@ class Simulator:
         run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
         released_in = [0] * len(st.groups)  # jobs ended so far, per node group
         blocked_since: dict[int, int] = {}  # shape -> releases in its groups when it fit nowhere
-        # The queue: jobs arrive in index order, so every queued job lies in [qlo, i) and a mask
-        # over that range gives the queue in arrival order as one vectorized call.
+        # The queue in arrival order: jobs arrive in index order and are appended as ranges to
+        # qbuf, which is compacted (started jobs dropped) when a cycle reads it: O(queue) numpy.
         in_queue = np.zeros(n, dtype=bool)
-        qlo = lo
+        qbuf = np.empty(max(n, 1), dtype=np.int64)
+        qn = 0  # entries of qbuf in use
+        q_upto = lo  # jobs below this index are in qbuf (or started)
         nq = 0
         shape_count: dict[int, int] = {}  # queued jobs per shape (GPU request + eligible groups)
         shape_rep: dict[int, int] = {}  # one job of each shape
@@ -411,10 +413,18 @@ class Simulator:
             reservation (a later job of the same class finds its groups already covered) or,
             without backfill, stop the queue. Only those and the jobs of fitting shapes remain.
             """
-            nonlocal qlo
-            while qlo < i and not in_queue[qlo]:
-                qlo += 1
-            q = np.flatnonzero(in_queue[qlo:i]) + qlo
+            nonlocal qn, q_upto
+            if q_upto < i:
+                qbuf[qn : qn + i - q_upto] = np.arange(q_upto, i)
+                qn += i - q_upto
+                q_upto = i
+            q = qbuf[:qn]
+            if qn != nq:
+                q = q[in_queue[q]]
+                qn = len(q)
+                qbuf[:qn] = q
+            else:
+                q = q.copy()
             keys = static_keys[q] if static_keys is not None else policy.keys(q, now)
             if not shape_blocked:
                 return q, keys, len(q)
