@@ -9,19 +9,16 @@ from typing import Annotated
 
 import torch
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.cli.simulate import _fail
+from shared.cli.common import console, fail, progress_bar
 from shared.metrics import PolicyComparison, chronological_split, make_windows
 from shared.model import ActorCritic, CheckpointError
 from shared.policies import POLICY_NAMES
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
 from shared.rl.setup import RunSetup, load_runner, load_trained
 
-console = Console()
 METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while_waiting")
 
 
@@ -61,7 +58,7 @@ def evaluate_command(
     try:
         model, card, schema = load_trained(checkpoint)
     except CheckpointError as err:
-        raise _fail(f"cannot use checkpoint: {err}") from None
+        raise fail(f"cannot use checkpoint: {err}") from None
     info = card.training
     extra = info.extra
     if untrained:  # the model the trainer started from: how much of the result is training's
@@ -71,7 +68,7 @@ def evaluate_command(
     bases = [p.strip() for p in transfer.split(",") if p.strip()]
     unknown = [p for p in names + bases if p not in POLICY_NAMES]
     if unknown:
-        raise _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
+        raise fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
     if info.base_policy not in names:
         names.insert(0, info.base_policy)
     sim_cfg = extra.get("sim_config")
@@ -101,7 +98,7 @@ def evaluate_command(
         trained_cluster = cluster_arg if isinstance(cluster_arg, str) and trace is None else None
         work, runner = load_runner(trace_name, cluster or trained_cluster, setup)
     except (TraceFormatError, TraceNotFoundError, ValueError) as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     n = len(work.bound.jobs)
     frac_default = extra.get("train_fraction")
     frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
@@ -109,7 +106,7 @@ def evaluate_command(
     try:
         chosen = make_windows(test, size, windows, seed=seed, overlap=overlap)
     except ValueError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     s = runner.settings
     console.print(
         f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/]: {len(chosen)} held-out windows "
@@ -119,13 +116,7 @@ def evaluate_command(
     if len(chosen) < windows:
         console.print(f"[yellow]only {len(chosen)} windows fit in the test part[/]")
     labels = names + [GREEDY] + ([SAMPLED] if sampled else []) + [transfer_name(b) for b in bases]
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
+    progress = progress_bar()
     with progress:
         tasks = {p: progress.add_task(f"{p:18s}", total=len(chosen)) for p in labels}
         per = evaluate_learned(

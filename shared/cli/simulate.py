@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from shared.cli.common import console, fail, progress_bar
 from shared.domain.cluster import SpecError
 from shared.metrics import PolicyComparison, WindowMetrics, chronological_split, make_windows
 from shared.policies import POLICY_NAMES
@@ -22,12 +21,6 @@ from shared.sim.result import SimResult
 PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
 
 DEFAULT_POLICIES = "fcfs,sjf,wfp3,unicep,f1,multifactor"
-console = Console()
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code=2)
 
 
 def _load(
@@ -52,7 +45,7 @@ def _load(
             target_load=load,
         )
     except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 def simulate_command(
@@ -115,15 +108,15 @@ def simulate_command(
     names = [p.strip() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICY_NAMES]
     if unknown or not names:
-        raise _fail(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
+        raise fail(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
     if backfill not in ("easy", "greedy", "none"):
-        raise _fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
+        raise fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
     if split not in ("all", "test"):
-        raise _fail(f"--split must be all or test, not {split!r}")
+        raise fail(f"--split must be all or test, not {split!r}")
     placements = [p.strip() for p in placement.split(",") if p.strip()]
     bad = [p for p in placements if p not in PLACEMENTS]
     if bad or not placements:
-        raise _fail(f"--placement must be from {', '.join(PLACEMENTS)}, not {placement!r}")
+        raise fail(f"--placement must be from {', '.join(PLACEMENTS)}, not {placement!r}")
     if paper:
         config = SimConfig.paper()
         warmup = 0 if warmup is None else warmup
@@ -139,7 +132,7 @@ def simulate_command(
                 node_slack=node_slack,
             )
         except ValueError as err:
-            raise _fail(str(err)) from None
+            raise fail(str(err)) from None
 
     t0 = time.perf_counter()
     with console.status("loading workload"):
@@ -159,20 +152,14 @@ def simulate_command(
     try:
         chosen = make_windows(pool, window_size, windows, seed=seed)
     except ValueError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     console.print(
         f"{len(chosen)} windows of {window_size} jobs from {split} jobs; backfill={config.backfill}, "
         f"placement={config.placement}, estimates={'oracle' if config.oracle_runtimes else estimates}, "
         f"warm-up={'one continuous run' if warmup is None else f'{warmup} jobs per window'}"
     )
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
+    progress = progress_bar()
     ablation = len(placements) > 1
     rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
     per_policy: dict[str, list[WindowMetrics]] = {}

@@ -11,11 +11,9 @@ from typing import Annotated, Any
 
 import torch
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.cli.simulate import _fail
+from shared.cli.common import console, fail, progress_bar
 from shared.metrics import chronological_split, make_windows
 from shared.model import ModelConfig, save_checkpoint
 from shared.policies import POLICY_NAMES
@@ -25,8 +23,6 @@ from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
 from shared.rl.setup import RunSetup, load_runner, make_card
 from shared.rl.trainer import TrainConfig, train
-
-console = Console()
 
 
 def _clean(value: float) -> float | None:
@@ -88,9 +84,9 @@ def train_command(
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
     if base_policy not in POLICY_NAMES:
-        raise _fail(f"unknown base policy {base_policy!r}; choose from {', '.join(POLICY_NAMES)}")
+        raise fail(f"unknown base policy {base_policy!r}; choose from {', '.join(POLICY_NAMES)}")
     if sampling not in ("state", "fixed"):
-        raise _fail(f"--sampling must be state or fixed, not {sampling!r}")
+        raise fail(f"--sampling must be state or fixed, not {sampling!r}")
     try:
         spec = RewardSpec.parse(metric)
         model_cfg = ModelConfig(max_queue=max_queue, top_k=top_k or None)
@@ -104,7 +100,7 @@ def train_command(
             target_kl=target_kl or None,
         )
     except ValueError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs)
     from shared.traces import TraceFormatError, TraceNotFoundError
 
@@ -112,7 +108,7 @@ def train_command(
     try:
         work, runner = load_runner(trace, cluster, setup)
     except (TraceFormatError, TraceNotFoundError, ValueError) as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     s = runner.settings
     console.print(
         f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/] ({work.spec.total_gpus:,} GPUs), "
@@ -135,13 +131,7 @@ def train_command(
     )
     out.mkdir(parents=True, exist_ok=True)
     primary = spec.metrics[0]
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
+    progress = progress_bar()
     with progress:
         task = progress.add_task("epochs", total=epochs)
 

@@ -29,7 +29,6 @@ class BoundWorkload:
     ``job_class[i]`` indexes ``class_groups``: the node groups job i may run on. ``shape[i]``
     identifies jobs with the same GPU request (count, share) and eligible groups; the scheduler
     uses it to skip re-checking requests that cannot fit in the current cycle.
-    ``shape_uniform[k]`` is True when every job of shape k also asks for the same CPUs and memory.
     """
 
     spec: ClusterSpec
@@ -37,7 +36,6 @@ class BoundWorkload:
     job_class: IntArray
     class_groups: list[tuple[int, ...]]
     shape: IntArray
-    shape_uniform: np.ndarray
     exclusions: list[Exclusion] = field(default_factory=list)
     node_slack: int = 0
 
@@ -155,21 +153,12 @@ def bind_jobs(jobs: JobTable, spec: ClusterSpec, node_slack: int = 0) -> BoundWo
     shape_keys = np.stack([kept.gpus, kept.gpu_milli, kept_class], axis=1)
     _, shape = np.unique(shape_keys, axis=0, return_inverse=True)
     shape = shape.reshape(-1).astype(np.int64)
-    n_shapes = int(shape.max()) + 1 if len(shape) else 0
-    uniform = np.ones(n_shapes, dtype=bool)
-    for col in (kept.cpus_milli, kept.mem_mib):
-        lo = np.full(n_shapes, np.iinfo(np.int64).max)
-        hi = np.full(n_shapes, np.iinfo(np.int64).min)
-        np.minimum.at(lo, shape, col)
-        np.maximum.at(hi, shape, col)
-        uniform &= lo == hi
     return BoundWorkload(
         spec=spec,
         jobs=kept,
         job_class=kept_class,
         class_groups=class_groups,
         shape=shape,
-        shape_uniform=uniform,
         exclusions=exclusions,
         node_slack=node_slack,
     )

@@ -63,7 +63,7 @@ class _Scratch:
 class Simulator:
     """Simulates one policy on one bound workload; see the module docstring.
 
-    The three class attributes below only trade speed; every value gives the same schedule (the
+    The class attributes below only trade speed; every value gives the same schedule (the
     property tests run with the shortcuts off and on and compare).
     """
 
@@ -165,7 +165,7 @@ class Simulator:
         slack = cfg.node_slack
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
-        int_keys = getattr(policy, "integer_keys", False)
+        int_keys = policy.integer_keys
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
         batch_placer = self.batch_placer
         if batch_placer is not None:
@@ -179,7 +179,7 @@ class Simulator:
         track = policy.tracks_jobs
         shape_np = w.shape
         class_np = w.job_class
-        n_shapes = len(w.shape_uniform)
+        n_shapes = int(w.shape.max()) + 1 if n else 0
         n_classes = len(w.class_groups)
         cpu_np, mem_np, est_np = jobs.cpus_milli, jobs.mem_mib, self.est
 

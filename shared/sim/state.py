@@ -110,16 +110,7 @@ class GroupState:
 
     def top_whole(self, m: int) -> int:
         """Free whole GPUs on the ``m`` nodes with the most free: a gang's upper bound, from the histogram."""
-        total = 0
-        bucket = self.bucket
-        for k in range(self.G, 0, -1):
-            c = len(bucket[k])
-            if c:
-                if c >= m:
-                    return total + m * k
-                total += c * k
-                m -= c
-        return total
+        return top_from_hist([len(b) for b in self.bucket], m)
 
     def set_free(self, i: int, whole: int, cpu: int, mem: int) -> None:
         """Set node i's free resources directly (scratch copies replaying releases)."""

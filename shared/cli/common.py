@@ -1,0 +1,27 @@
+"""What every command shares: the console, a clean error exit, the progress bar."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+console = Console()
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as an error (no traceback) and return the exit to raise (code 2)."""
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+def progress_bar() -> Progress:
+    """The progress bar of long commands: description, bar, done/total, elapsed time."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
