@@ -32,14 +32,15 @@ def _default_cache_dir() -> Path:
     return Path(base) / "hylo"
 
 
-class HyloSettings(BaseSettings):
-    """Process-wide settings shared by the CLI, the simulator and (later) the services."""
+class HyloBaseSettings(BaseSettings):
+    """Base of every Hylo settings class: ``HYLO_*`` environment variables over ``hylo.toml``.
+
+    Why one base: a deployment writes one file (flat keys, the field names without the prefix, e.g.
+    ``nats_url = "nats://..."``) that the bus, the store, the services and the CLI all read, and
+    overrides any key with an environment variable, so each setting lives in one place.
+    """
 
     model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")
-
-    traces_dir: Path = Field(default_factory=_default_traces_dir, description="public traces folder")
-    cache_dir: Path = Field(default_factory=_default_cache_dir, description="parsed-trace cache")
-    trace_cache: bool = Field(default=True, description="cache parsed traces by content hash")
 
     @classmethod
     def settings_customise_sources(
@@ -56,6 +57,14 @@ class HyloSettings(BaseSettings):
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=toml_path),
         )
+
+
+class HyloSettings(HyloBaseSettings):
+    """Process-wide settings shared by the CLI and the simulator."""
+
+    traces_dir: Path = Field(default_factory=_default_traces_dir, description="public traces folder")
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="parsed-trace cache")
+    trace_cache: bool = Field(default=True, description="cache parsed traces by content hash")
 
 
 @lru_cache(maxsize=1)

@@ -15,6 +15,9 @@ The guarantees, and how each is obtained:
   allows one delivery more than ``max_deliver``, so a replica that crashed during the last attempt
   still leaves a delivery in which the message is dead-lettered instead of vanishing. If publishing
   the dead letter fails, the message is not acked and comes back.
+- **Rejections.** A handler may raise one of the ``reject`` exception types for a message that is
+  well-formed but unusable (e.g. a snapshot of a cluster this service has no spec for); it is
+  dead-lettered at once with the exception's text, not retried.
 - **Latest-wins.** With ``latest_wins=True`` (snapshots), the consumer remembers the newest
   ``latest_key()`` seen per cluster, including every message of the current batch, and acks without
   handling any message older than that. Together with the snapshot stream's ``max_msgs_per_subject=1``
@@ -104,6 +107,9 @@ class Consumer(Generic[M]):
         cluster: str | None = None,
         latest_wins: bool = False,
         tracer: trace.Tracer | None = None,
+        reject: tuple[type[Exception], ...] = (),
+        deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
+        inactive_threshold_s: float | None = None,
     ) -> None:
         self.js = js
         self.publisher = publisher
@@ -119,6 +125,9 @@ class Consumer(Generic[M]):
         )
         self.latest_wins = latest_wins
         self.tracer = tracer or trace.get_tracer("hylo.bus")
+        self.reject = reject
+        self.deliver_policy = deliver_policy
+        self.inactive_threshold_s = inactive_threshold_s
         self.stats = ConsumerStats()
         self._latest: dict[str, tuple[Any, ...]] = {}
         self._sub: JetStreamContext.PullSubscription | None = None
@@ -128,7 +137,8 @@ class Consumer(Generic[M]):
         config = ConsumerConfig(
             durable_name=self.durable,
             ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
+            deliver_policy=self.deliver_policy,
+            inactive_threshold=self.inactive_threshold_s,
             ack_wait=self.settings.ack_wait_s,
             max_deliver=self.settings.max_deliver + 1,  # one spare delivery to dead-letter, see above
             max_ack_pending=self.settings.max_ack_pending,
@@ -238,6 +248,11 @@ class Consumer(Generic[M]):
             span.set_attribute("messaging.consumer.group.name", self.durable)
             try:
                 await self.handler(message, delivery)
+            except self.reject as err:  # valid JSON, but unusable: retrying cannot help
+                span.record_exception(err)
+                span.set_status(Status(StatusCode.ERROR, str(err)[:200]))
+                await self._dead(msg, f"rejected by {self.durable}: {err}")
+                return
             except Exception as err:
                 span.record_exception(err)
                 span.set_status(Status(StatusCode.ERROR, str(err)[:200]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shared.cli.evaluate import evaluate_command
+from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
 from shared.cli.train import train_command
 
@@ -18,6 +19,7 @@ app = typer.Typer(
 app.command("simulate")(simulate_command)
 app.command("train")(train_command)
 app.command("evaluate")(evaluate_command)
+app.command("serve")(serve_command)
 
 
 @app.callback()

@@ -8,10 +8,12 @@ default is a SQLite file through aiosqlite, deployments point it at PostgreSQL t
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from shared.config import HyloBaseSettings
 
 
-class StoreSettings(BaseSettings):
+class StoreSettings(HyloBaseSettings):
     """Where decisions, outcomes and model versions are stored."""
 
     model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")

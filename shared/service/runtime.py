@@ -1,0 +1,270 @@
+"""Running one service replica: connect, bind consumers, serve HTTP, stop without losing messages.
+
+Shutdown (SIGTERM/SIGINT, or ``stop`` set by a caller): ``/readyz`` turns false at once; every
+consumer finishes the batch in flight (handlers run, outputs are published, inputs acked) and
+fetches no more; after ``shutdown_grace_s`` whatever is still unfinished is left unacked, so
+JetStream redelivers it to another replica; then the NATS connection is drained, the database
+engine disposed and the HTTP server stopped. Nothing acked is lost and nothing unacked is dropped.
+
+Publishing happens inside the handler's delivery, before the ack: a crash between publish and ack
+republishes the same ``Nats-Msg-Id``, which the stream's duplicate window discards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import uvicorn
+from nats.aio.client import Client
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shared.bus.connection import connect
+from shared.bus.consumer import Consumer, Delivery
+from shared.bus.publisher import Publisher
+from shared.bus.settings import BusSettings
+from shared.bus.streams import ensure_streams
+from shared.schemas.base import Message
+from shared.schemas.limits import Limits
+from shared.schemas.subjects import Subjects
+from shared.service.app import Check, create_app
+from shared.service.clusters import load_specs
+from shared.service.definition import Route, ServiceContext, ServiceDefinition, Wiring
+from shared.service.metrics import ServiceMetrics
+from shared.service.settings import ServiceSettings
+from shared.store.engine import create_engine
+from shared.store.settings import StoreSettings
+
+log = logging.getLogger("hylo.service")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the runtime owns SIGTERM/SIGINT (see module doc)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def default_replica() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class ServiceRuntime:
+    """One replica of ``definition``: ``await start()``, then ``await run(stop)``."""
+
+    def __init__(
+        self,
+        definition: ServiceDefinition,
+        settings: ServiceSettings | None = None,
+        bus: BusSettings | None = None,
+        store: StoreSettings | None = None,
+    ) -> None:
+        self.definition = definition
+        self.settings = settings or ServiceSettings()
+        self.bus = bus or BusSettings()
+        self.store = store or StoreSettings()
+        self.name = definition.name
+        self.replica = self.settings.replica or default_replica()
+        self.metrics = ServiceMetrics(self.name)
+        self.consumers: list[Consumer[Any]] = []
+        self.nc: Client | None = None
+        self.engine: AsyncEngine | None = None
+        self.wiring: Wiring | None = None
+        self.stopping = False
+        self.port: int | None = None
+
+    # -- start ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load specs, connect the bus (and database), create streams, bind every route."""
+        specs = load_specs(self.settings.clusters)
+        self.nc = await connect(self.bus)
+        js = self.nc.jetstream()
+        subjects = Subjects(self.bus.subject_root)
+        await ensure_streams(js, subjects, self.bus)
+        limits = Limits(max_message_bytes=min(self.bus.max_message_bytes, self.nc.max_payload))
+        publisher = Publisher(js, subjects, limits)
+        if self.definition.needs_store:
+            self.engine = create_engine(self.store.database_url, echo=self.store.database_echo)
+        ctx = ServiceContext(
+            name=self.name,
+            replica=self.replica,
+            settings=self.settings,
+            bus=self.bus,
+            store=self.store,
+            nc=self.nc,
+            js=js,
+            subjects=subjects,
+            publisher=publisher,
+            engine=self.engine,
+            metrics=self.metrics,
+            specs=specs,
+        )
+        self.wiring = await self.definition.build(ctx)
+        for route in self.wiring.routes:
+            consumer = self._consumer(route, ctx)
+            await consumer.start()
+            self.metrics.watch(consumer)
+            self.consumers.append(consumer)
+        log.info("%s %s: %d route(s) bound", self.name, self.replica, len(self.consumers))
+
+    def _consumer(self, route: Route[Any], ctx: ServiceContext) -> Consumer[Any]:
+        durable = route.durable
+        if route.per_replica:
+            durable = f"{durable}-{_token(self.replica)}"
+        histogram = self.metrics.handle_seconds.labels(self.name, durable)
+        publisher = ctx.publisher
+
+        async def handle(message: Message, delivery: Delivery) -> None:
+            started = time.perf_counter()
+            out = await route.handle(message, delivery)
+            for item in _as_list(out):
+                await publisher.publish(item)
+            histogram.observe(time.perf_counter() - started)
+
+        return Consumer(
+            ctx.js,
+            publisher,
+            kind=route.kind,
+            model=route.model,
+            durable=durable,
+            handler=handle,
+            settings=self.bus,
+            latest_wins=route.latest_wins,
+            reject=route.reject,
+            deliver_policy=route.deliver_policy,
+            inactive_threshold_s=route.inactive_threshold_s
+            if route.inactive_threshold_s is not None
+            else (300.0 if route.per_replica else None),
+        )
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    async def _bus_ready(self) -> str | None:
+        nc = self.nc
+        if nc is None or not nc.is_connected:
+            return "bus: not connected to NATS"
+        return None
+
+    async def _store_ready(self) -> str | None:
+        if self.engine is None:
+            return None
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return None
+
+    async def _running(self) -> str | None:
+        if self.stopping:
+            return "stopping: finishing in-flight messages"
+        if len(self.consumers) != len(self.wiring.routes if self.wiring else []):
+            return "consumers not bound yet"
+        return None
+
+    def app(self) -> Any:
+        checks: list[Check] = [self._running, self._bus_ready, self._store_ready]
+        wiring = self.wiring
+        if wiring is not None:
+            checks.extend(wiring.readiness)
+        return create_app(
+            self.name,
+            self.replica,
+            self.metrics,
+            checks,
+            self.settings.ready_timeout_s,
+            router=wiring.router if wiring else None,
+            description=self.definition.description,
+        )
+
+    # -- run and stop ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then shut down as the module docstring describes."""
+        if self.nc is None:
+            await self.start()
+        consumers_stop = asyncio.Event()
+        tasks = [asyncio.create_task(c.run(consumers_stop), name=c.durable) for c in self.consumers]
+        port = self.settings.http_port
+        if port is None:
+            port = self.definition.default_port
+        config = uvicorn.Config(
+            self.app(), host=self.settings.http_host, port=port, log_level="warning", lifespan="off"
+        )
+        server = _Server(config)
+        server_task = asyncio.create_task(server.serve(), name="http")
+        self.port = port
+        stop_task = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stop_task, server_task, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        if server_task in done and not stop.is_set():
+            exc = server_task.exception()
+            log.error("%s: HTTP server stopped (%s); shutting down", self.name, exc)
+        self.stopping = True
+        consumers_stop.set()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
+            for t in pending:  # past the grace period: leave its messages unacked for redelivery
+                t.cancel()
+        await self.close()
+        server.should_exit = True
+        stop_task.cancel()
+        with contextlib.suppress(Exception):
+            await server_task
+
+    async def close(self) -> None:
+        """Unbind consumers, run the service's own stop hook, drain NATS, dispose the engine."""
+        for c in self.consumers:
+            with contextlib.suppress(Exception):
+                await c.close()
+        if self.wiring is not None and self.wiring.on_stop is not None:
+            await self.wiring.on_stop()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        if self.engine is not None:
+            await self.engine.dispose()
+
+
+def _as_list(out: Message | Sequence[Message] | None) -> list[Message]:
+    if out is None:
+        return []
+    if isinstance(out, Message):
+        return [out]
+    return list(out)
+
+
+def _token(text_: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text_)[:48]
+
+
+async def serve(definition: ServiceDefinition, settings: ServiceSettings | None = None) -> None:
+    """Run one replica until SIGTERM or SIGINT."""
+    runtime = ServiceRuntime(definition, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await runtime.start()
+    log.info("%s %s ready on %s", runtime.name, runtime.replica, runtime.settings.http_port)
+    await runtime.run(stop)
+
+
+def run_service(definition: ServiceDefinition) -> int:
+    """Entry point of ``python -m services.<name>`` and ``hylo serve <name>``; returns the exit code."""
+    settings = ServiceSettings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format=f"%(asctime)s {definition.name} %(levelname)s %(message)s"
+    )
+    try:
+        asyncio.run(serve(definition, settings))
+    except Exception as err:  # start-up failures: one clear line, no traceback
+        log.error("%s failed: %s: %s", definition.name, type(err).__name__, err)
+        return 1
+    return 0
