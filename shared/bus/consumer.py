@@ -32,8 +32,10 @@ The guarantees, and how each is obtained:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -42,12 +44,13 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
 from shared.bus.settings import BusSettings
-from shared.bus.streams import stream_name
+from shared.bus.streams import ensure_streams, stream_name
 from shared.bus.tracing import extract_context
 from shared.schemas.base import Message
 from shared.schemas.codec import MessageError, decode
@@ -130,14 +133,20 @@ class Consumer(Generic[M]):
         self.inactive_threshold_s = inactive_threshold_s
         self.stats = ConsumerStats()
         self._latest: dict[str, tuple[Any, ...]] = {}
+        self._last_seq = 0  # highest stream sequence this replica acked
         self._sub: JetStreamContext.PullSubscription | None = None
 
-    async def start(self) -> None:
-        """Create (or bind to) the durable consumer; several replicas may call this concurrently."""
+    async def start(self, from_seq: int | None = None) -> None:
+        """Create (or bind to) the durable consumer; several replicas may call this concurrently.
+
+        ``from_seq``: create it starting at that stream sequence (used when re-creating a lost
+        consumer, so messages this replica already handled are not replayed).
+        """
         config = ConsumerConfig(
             durable_name=self.durable,
             ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=self.deliver_policy,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if from_seq else self.deliver_policy,
+            opt_start_seq=from_seq,
             inactive_threshold=self.inactive_threshold_s,
             ack_wait=self.settings.ack_wait_s,
             max_deliver=self.settings.max_deliver + 1,  # one spare delivery to dead-letter, see above
@@ -152,17 +161,43 @@ class Consumer(Generic[M]):
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Process batches until ``stop`` is set; the batch in flight is finished first."""
+        """Process batches until ``stop`` is set; the batch in flight is finished first.
+
+        While idle, the consumer checks every ``consumer_check_s`` that its durable consumer still
+        exists: a fetch on a deleted consumer (an operator's mistake, or a server restarted with
+        memory storage) only ever times out, which would look like an idle queue forever. A missing
+        consumer (and stream) is re-created.
+        """
         if self._sub is None:
             await self.start()
+        last_check = time.monotonic()
         while not stop.is_set():
             try:
-                await self.process_batch()
+                fetched = await self.process_batch()
+                if not fetched and time.monotonic() - last_check >= self.settings.consumer_check_s:
+                    last_check = time.monotonic()
+                    await self.ensure_bound()
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
                 return
             except Exception:  # keep serving: a broken batch must not stop the service
                 log.exception("consumer %s: batch failed", self.durable)
                 await asyncio.sleep(self.settings.nak_delay_s)
+
+    async def ensure_bound(self) -> bool:
+        """Re-create the stream and durable consumer if they are gone; True if they had to be."""
+        stream = stream_name(self.subjects, self.kind)
+        try:
+            await self.js.consumer_info(stream, self.durable)
+        except NotFoundError:
+            log.warning("consumer %s on %s was gone; re-creating it", self.durable, stream)
+            await ensure_streams(self.js, self.subjects, self.settings)
+            if self._sub is not None:
+                with contextlib.suppress(Exception):
+                    await self._sub.unsubscribe()
+                self._sub = None
+            await self.start(from_seq=self._last_seq + 1 if self._last_seq else None)
+            return True
+        return False
 
     async def close(self) -> None:
         """Unsubscribe this replica (the durable consumer and its pending messages stay)."""
@@ -265,6 +300,7 @@ class Consumer(Generic[M]):
                 return
         self.stats.handled += 1
         await msg.ack()
+        self._last_seq = max(self._last_seq, meta.sequence.stream)
 
     async def _dead(self, msg: Msg, reason: str, errors: tuple[FieldError, ...] = ()) -> None:
         """Publish the dead letter, then ack; if publishing fails the message stays unacked."""

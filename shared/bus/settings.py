@@ -53,5 +53,8 @@ class BusSettings(HyloBaseSettings):
         description="largest message published or accepted (also capped by the server's max_payload; "
         "an openb snapshot of 1,024 jobs on 1,213 nodes needs more than NATS' default 1 MiB)",
     )
+    consumer_check_s: float = Field(
+        default=5.0, gt=0, description="while idle, how often a consumer checks it still exists"
+    )
     fetch_batch: int = Field(default=64, ge=1)
     fetch_timeout_s: float = Field(default=0.5, gt=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import func, select
@@ -168,3 +169,35 @@ async def test_a_thousand_hostile_messages_are_dead_lettered_and_service_continu
         assert letter.stage == "store" and len(letter.payload_excerpt) <= 2048
     reasons = Counter(letter.reason.split(":")[0] for letter in letters)
     assert sum(reasons.values()) == 1000
+
+
+async def test_a_deleted_consumer_is_recreated_and_keeps_serving(bus: Bus) -> None:
+    settings = bus.settings.model_copy(update={"consumer_check_s": 0.2})
+    seen = Recorder[JobOutcome]()
+    consumer = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="outcomes",
+        model=JobOutcome,
+        durable="rec",
+        handler=seen,
+        settings=settings,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await bus.publisher.publish(outcome(job_id="before"))
+    await process_wait(lambda: len(seen.seen) == 1)
+    await bus.js.delete_consumer(stream_name(bus.subjects, "outcomes"), "rec")
+    await asyncio.sleep(0.5)  # the next idle check notices the consumer is gone
+    await bus.publisher.publish(outcome(job_id="after"))
+    await process_wait(lambda: len(seen.seen) == 2)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert [m.job_id for m, _ in seen.seen] == ["before", "after"]
+
+
+async def process_wait(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
