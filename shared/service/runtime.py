@@ -42,6 +42,7 @@ from shared.service.metrics import ServiceMetrics
 from shared.service.settings import ServiceSettings
 from shared.store.engine import create_engine
 from shared.store.settings import StoreSettings
+from shared.telemetry import TelemetrySettings, setup_tracing, shutdown_tracing
 
 log = logging.getLogger("hylo.service")
 
@@ -262,9 +263,12 @@ def run_service(definition: ServiceDefinition) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format=f"%(asctime)s {definition.name} %(levelname)s %(message)s"
     )
+    setup_tracing(definition.name, TelemetrySettings())
     try:
         asyncio.run(serve(definition, settings))
     except Exception as err:  # start-up failures: one clear line, no traceback
         log.error("%s failed: %s: %s", definition.name, type(err).__name__, err)
         return 1
+    finally:
+        shutdown_tracing()
     return 0

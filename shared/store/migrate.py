@@ -83,3 +83,9 @@ def upgrade_url(url: str) -> None:
             await engine.dispose()
 
     asyncio.run(main())
+
+
+if __name__ == "__main__":  # ``python -m shared.store.migrate``: upgrade HYLO_DATABASE_URL to head
+    from shared.store.settings import StoreSettings
+
+    upgrade_url(StoreSettings().database_url)

@@ -1,0 +1,286 @@
+"""The deploy/ files do what the compose file relies on, checked with real programs: the NATS config
+on nats-server, the healthcheck script against an HTTP server, the settings file and each service's
+compose environment through the settings classes, the read-only role on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from shared.bus import BusSettings
+from shared.query import QuerySettings
+from shared.service import ServiceSettings
+from shared.service.clusters import load_specs
+from shared.store import StoreSettings
+from shared.telemetry import TelemetrySettings
+from tests.deploy.compose_helpers import ROOT, interpolate, services
+from tests.query.query_helpers import client, migrated, seed
+
+DEPLOY = ROOT / "deploy"
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- NATS ----------------------------------------------------------------------------------------
+
+
+def nats_binary() -> str:
+    found = VENV_BIN / "nats-server"
+    if found.exists():
+        return str(found)
+    other = shutil.which("nats-server")
+    if other is None:
+        pytest.skip("no nats-server binary")
+    return other
+
+
+def test_nats_config_is_valid_for_nats_server() -> None:
+    result = subprocess.run(
+        [nats_binary(), "-c", str(DEPLOY / "nats" / "nats.conf"), "-t"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "is valid" in result.stderr + result.stdout
+
+
+def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path) -> None:
+    """The same file with only the addresses and store moved: limits as documented, health URL answers."""
+    port, monitor = free_port(), free_port()
+    conf = (DEPLOY / "nats" / "nats.conf").read_text()
+    conf = conf.replace("0.0.0.0:4222", f"127.0.0.1:{port}").replace(
+        "http_port: 8222", f"http_port: {monitor}"
+    )
+    conf = conf.replace('"/data"', json.dumps(str(tmp_path)))
+    (tmp_path / "nats.conf").write_text(conf)
+    proc = subprocess.Popen(
+        [nats_binary(), "-c", str(tmp_path / "nats.conf")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # the compose healthcheck's URL
+        url = f"http://127.0.0.1:{monitor}/healthz?js-enabled-only=true"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    assert json.loads(r.read()) == {"status": "ok"}
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "nats-server did not come up"
+                time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=2) as r:
+            varz = json.loads(r.read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert varz["max_payload"] == 8 * 1024 * 1024  # HYLO_MAX_MESSAGE_BYTES' default
+    js = varz["jetstream"]["config"]
+    assert (js["max_memory"], js["max_storage"]) == (512 * 1024**2, 20 * 1024**3)
+    assert js["store_dir"] == str(tmp_path / "jetstream")
+
+
+# --- healthcheck script --------------------------------------------------------------------------
+
+
+@contextmanager
+def http_server() -> Iterator[int]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 503)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def healthcheck(port: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HYLO_HTTP_PORT": port}
+    return subprocess.run(
+        [sys.executable, str(DEPLOY / "healthcheck.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_healthcheck_script_exit_codes() -> None:
+    with http_server() as port:
+        assert healthcheck(str(port)).returncode == 0
+        ready = healthcheck(str(port), "/readyz")
+        assert ready.returncode == 1 and "HTTP 503" in ready.stderr
+    refused = healthcheck(str(free_port()))
+    assert refused.returncode == 1 and "Connection refused" in refused.stderr
+    bad = healthcheck("")
+    assert bad.returncode == 2 and "HYLO_HTTP_PORT must be a port number" in bad.stderr
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def compose_env(name: str) -> dict[str, str]:
+    """A service's environment as Compose would pass it with no variables set in the shell."""
+    env = services()[name]["environment"]
+    return {k: interpolate(str(v)) for k, v in env.items() if v is not None}
+
+
+@pytest.mark.parametrize("name", ["featurizer", "prioritizer", "placer", "adapter_sim", "query", "migrate"])
+def test_compose_environment_and_settings_file_satisfy_the_settings(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("HYLO_"):
+            monkeypatch.delenv(key)
+    env = compose_env(name)
+    assert env.pop("HYLO_CONFIG") == "/etc/hylo/hylo.toml"
+    monkeypatch.setenv("HYLO_CONFIG", str(DEPLOY / "hylo.toml"))  # mounted there in the container
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    bus = BusSettings()
+    assert (bus.nats_url, bus.subject_root) == ("nats://nats:4222", "hylo")
+    assert StoreSettings().database_url.startswith("postgresql+asyncpg://")
+    assert TelemetrySettings().otlp_endpoint is None  # HYLO_OTLP_ENDPOINT="" means no exporter
+    service = ServiceSettings()
+    assert service.clusters == {"embedded": "embedded"} and service.base_policy == "fcfs"
+    assert service.http_host == "0.0.0.0"
+    assert set(load_specs(service.clusters)) == {"embedded"}
+    if name == "query":
+        assert QuerySettings().http_port == 8100
+    if name == "adapter_sim":
+        from services.adapter_sim.settings import AdapterSimSettings
+
+        sim = AdapterSimSettings()
+        assert (sim.sim_cluster, sim.spec_source()) == ("embedded", "embedded")
+
+
+# --- the read-only role --------------------------------------------------------------------------
+
+
+async def admin(dsn: str, *sql: str) -> None:
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        for statement in sql:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def test_reader_role_reads_everything_the_owner_migrates_and_writes_nothing(pg_admin_dsn: str) -> None:
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("no psql client to run deploy/postgres/sql/reader.sql")
+    tag = uuid.uuid4().hex[:10]
+    owner, reader, db = f"hylo_owner_{tag}", f"hylo_reader_{tag}", f"hylo_test_{tag}"
+    base = pg_admin_dsn.rsplit("/", 1)[0]
+    host = base.split("@", 1)[1]
+    asyncio.run(
+        admin(
+            pg_admin_dsn,
+            f"CREATE ROLE {owner} LOGIN PASSWORD 'owner-pw'",
+            f"CREATE DATABASE {db} OWNER {owner}",
+        )
+    )
+    try:
+        # as the postgres image runs it: the superuser, variables as in deploy/postgres/initdb
+        for _ in range(2):  # a second run (re-initialised volume, manual re-run) changes nothing
+            subprocess.run(
+                [
+                    psql,
+                    f"{base}/{db}",
+                    "-q",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-v",
+                    f"reader={reader}",
+                    "-v",
+                    "reader_password=it's-secret",
+                    "-v",
+                    f"owner={owner}",
+                    "-v",
+                    f"db={db}",
+                    "-f",
+                    str(DEPLOY / "postgres" / "sql" / "reader.sql"),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        owner_url = f"postgresql+asyncpg://{owner}:owner-pw@{host}/{db}"
+        reader_url = f"postgresql+asyncpg://{reader}:it's-secret@{host}/{db}".replace("'", "%27")
+
+        async def scenario() -> None:
+            engine = await migrated(owner_url)  # the `migrate` service, as the owner
+            await seed(engine, "prod-a")
+            await engine.dispose()
+            async with client(reader_url) as http:
+                assert (await http.get("/readyz")).json()["status"] == "ready"
+                page = await http.get("/v1/decisions", params={"cluster": "prod-a", "limit": 50})
+                assert page.status_code == 200 and len(page.json()["items"]) == 7
+                job = (await http.get("/v1/jobs/prod-a/j2")).json()
+                assert job["outcome"]["wait_s"] == 101.0
+                models = await http.get("/v1/models/prod-a-m1")
+                assert models.json()["outcomes"]["jobs"] == 2  # the analyst view is readable too
+            conn = await asyncpg.connect(f"postgresql://{reader}@{host}/{db}", timeout=5)
+            try:
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await conn.execute("INSERT INTO clusters (name) VALUES ('intruder')")
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await conn.execute("DELETE FROM decisions")
+            finally:
+                await conn.close()
+
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(
+            admin(
+                pg_admin_dsn,
+                f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)',
+                f"DROP ROLE IF EXISTS {reader}",
+                f"DROP ROLE IF EXISTS {owner}",
+            )
+        )
+
+
+def test_postgres_init_script_is_valid_shell() -> None:
+    script = DEPLOY / "postgres" / "initdb" / "10-hylo-reader.sh"
+    assert os.access(script, os.X_OK), "the postgres image runs *.sh that are executable, sources others"
+    assert subprocess.run(["sh", "-n", str(script)], capture_output=True).returncode == 0
+    assert "-f /etc/hylo/reader.sql" in script.read_text()
+    mounts = services()["postgres"]["volumes"]
+    assert "./deploy/postgres/sql/reader.sql:/etc/hylo/reader.sql:ro" in mounts
