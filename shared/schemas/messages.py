@@ -131,6 +131,11 @@ class JobPlacement(Strict):
     features: dict[FeatureName, FiniteFloat] = Field(
         default_factory=dict, max_length=MAX_FEATURES, description="the features that drove its priority"
     )
+    reserved_s: FiniteFloat | None = Field(
+        default=None,
+        description="EASY reservation: the estimated time this job (which cannot start now) can start; "
+        "lower-ranked jobs that would delay it were not started",
+    )
 
 
 class PlacementDecision(Message):
@@ -144,6 +149,12 @@ class PlacementDecision(Message):
     model_version: VersionName | None = None
     fallback: Reason | None = None
     placements: tuple[JobPlacement, ...] = Field(max_length=HARD_MAX_ITEMS)
+    placer: Name | None = Field(default=None, description="placement strategy: 'cp-sat' or 'best-fit'")
+    placer_status: Name | None = Field(
+        default=None,
+        description="how CP-SAT decided: OPTIMAL, FEASIBLE, TIMEOUT_FALLBACK or ERROR_FALLBACK (best-fit "
+        "decided), NOTHING_FITS (no job could start: no solve); None with best-fit",
+    )
     latencies_ms: StageLatencies = Field(default_factory=dict)
 
     @field_validator("placements")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -253,6 +254,10 @@ async def serve(definition: ServiceDefinition, settings: ServiceSettings | None 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start()
+    # Long-lived objects (specs, models, the features' tables) would otherwise be re-scanned by
+    # every full collection; freezing them cut the featurizer's p99 from 100+ ms to ~50 ms on openb.
+    gc.collect()
+    gc.freeze()
     log.info("%s %s ready on %s", runtime.name, runtime.replica, runtime.settings.http_port)
     await runtime.run(stop)
 

@@ -1,0 +1,8 @@
+"""`python -m services.featurizer`: run one replica (settings from HYLO_* env vars and hylo.toml)."""
+
+import sys
+
+from services.featurizer.service import DEFINITION
+from shared.service import run_service
+
+sys.exit(run_service(DEFINITION))

@@ -1,0 +1,140 @@
+"""The featurizer's processing logic, free of the bus: QueueSnapshot -> FeatureMatrix.
+
+Every pending job the cluster spec can ever hold is featurized, whatever the queue length: the
+matrix carries all of them (bounded by ``Limits.max_jobs``, enforced when the snapshot was decoded),
+so the prioritizer ranks and the placer records every job. Which of them the model sees is the
+prioritizer's business (its window, ``ModelConfig.max_queue``). Jobs no node group can ever hold
+(binding's rules, ``shared.schemas.views``) are listed in ``excluded`` with the reason.
+
+The numbers are those of training: ``shared.schemas.snapshot_views`` fills the same
+``QueueView``/``ClusterView`` the simulator fills (``shared.features.sim_views``) and
+``compute_features`` computes the pool from them, so a model trained in simulation is fed the same
+features in production (``tests/stages`` checks the two paths against each other).
+
+Columns: ``shared.schemas.views.MATRIX_COLUMNS``, the 17 job features of
+``shared.features.JOB_FEATURES`` in catalog order, then ``ways``: the raw number of nodes that could
+take part in a placement of the job now. It is not a model input; the feature sampler reads it (the
+share of jobs with several usable nodes emphasizes ``num_ways``), and it cannot be recovered from
+the normalized ``num_ways``. Cluster columns: the 7 ``CLUSTER_FEATURES``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from shared.domain.cluster import ClusterSpec
+from shared.features import (
+    CLUSTER_FEATURES,
+    JOB_FEATURES,
+    FeatureConfig,
+    FeatureSchema,
+    FeatureValues,
+    SamplingConfig,
+    compute_features,
+)
+from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.messages import FeatureMatrix
+from shared.schemas.snapshot import QueueSnapshot
+from shared.schemas.stage_error import StageError
+from shared.schemas.views import MATRIX_COLUMNS, SnapshotViews, snapshot_views
+
+__all__ = ["FeaturizerStage", "featurize"]
+
+
+def featurize(
+    snapshot: QueueSnapshot,
+    spec: ClusterSpec,
+    config: FeatureConfig | None = None,
+    node_slack: int = 0,
+    only: set[str] | None = None,
+) -> tuple[SnapshotViews, FeatureValues]:
+    """Views and feature values of ``snapshot`` on ``spec`` (``only``: a subset of the pending jobs).
+
+    Raises ``StageError`` when the snapshot contradicts the spec (unknown node group, too many nodes,
+    free resources above capacity).
+    """
+    try:
+        views = snapshot_views(snapshot, spec, node_slack, only)
+    except (KeyError, ValueError) as err:
+        raise StageError(
+            f"snapshot {snapshot.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
+        ) from None
+    values = compute_features(views.queue, views.cluster, views.now, config or FeatureConfig())
+    return views, values
+
+
+class FeaturizerStage:
+    """Featurizes the snapshots of the clusters in ``specs`` (cluster name -> spec).
+
+    ``config`` and ``sampling`` fix the feature schema (``FeatureSchema.current(config, sampling)``),
+    whose hash every matrix carries; the prioritizer only lets a model trained on the same schema
+    score it. ``node_slack`` must be the placer's (``PlacerSettings.node_slack``) and the training
+    simulator's (``SimConfig.node_slack``, 0 by default). ``limits`` are the service's message limits
+    (the matrix is validated under them).
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, ClusterSpec],
+        config: FeatureConfig | None = None,
+        sampling: SamplingConfig | None = None,
+        node_slack: int = 0,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if node_slack < 0:
+            raise ValueError("node_slack must be >= 0")
+        self.specs = dict(specs)
+        self.config = config or FeatureConfig()
+        self.schema = FeatureSchema.current(self.config, sampling)
+        self.schema_hash = self.schema.hash
+        self.node_slack = node_slack
+        self.limits = limits
+        self._context = limits.context()
+
+    def spec_of(self, cluster: str) -> ClusterSpec:
+        spec = self.specs.get(cluster)
+        if spec is None:
+            known = ", ".join(sorted(self.specs)) or "none"
+            raise StageError(f"unknown cluster {cluster!r}: no cluster spec configured (known: {known})")
+        return spec
+
+    def handle(self, snapshot: QueueSnapshot) -> FeatureMatrix:
+        """The FeatureMatrix of ``snapshot``; ``StageError`` if the snapshot cannot be used."""
+        t0 = time.perf_counter()
+        spec = self.spec_of(snapshot.cluster)
+        views, values = featurize(snapshot, spec, self.config, self.node_slack)
+        rows = np.empty((len(views.job_ids), len(MATRIX_COLUMNS)))
+        rows[:, : len(JOB_FEATURES)] = values.job
+        rows[:, len(JOB_FEATURES)] = values.ways
+        if not np.isfinite(rows).all() or not np.isfinite(values.cluster).all():
+            raise StageError(
+                f"snapshot {snapshot.correlation_id}: features are not finite (an estimate or time "
+                "out of range?)"
+            )
+        fields: dict[str, Any] = {
+            "cluster": snapshot.cluster,
+            "correlation_id": snapshot.correlation_id,
+            "snapshot": snapshot,
+            "feature_schema_hash": self.schema_hash,
+            "job_ids": views.job_ids,
+            "columns": MATRIX_COLUMNS,
+            "values": tuple(map(tuple, rows.tolist())),
+            "cluster_columns": CLUSTER_FEATURES,
+            "cluster_values": tuple(values.cluster.tolist()),
+            "excluded": views.excluded,
+            "latencies_ms": {},
+        }
+        try:
+            matrix = FeatureMatrix.model_validate(fields, context=self._context)
+        except ValidationError as err:
+            raise StageError(
+                f"snapshot {snapshot.correlation_id}: feature matrix is invalid: {err}"
+            ) from None
+        latency = (time.perf_counter() - t0) * 1e3
+        # latencies are filled last, so they include building the matrix (frozen model: a copy)
+        return matrix.model_copy(update={"latencies_ms": {"featurize": latency}})

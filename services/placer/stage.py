@@ -1,0 +1,650 @@
+"""The placer's processing logic, free of the bus: PriorityVector -> PlacementDecision.
+
+Every featurized job gets a ``JobPlacement``: its rank (0 = highest priority; ties by submit time,
+then matrix order), its priority, and its feature row (column -> value). Jobs that can start now
+also get ``nodes`` (names from the snapshot) and ``mode``.
+
+**How jobs are placed.** The snapshot's free resources become the simulator's ``ClusterState``
+(``shared.schemas.snapshot_state``); the jobs are then walked in rank order, as one scheduling
+cycle of the simulator under EASY backfill (``shared.sim.simulator``), on that state:
+
+- a job that fits starts: best-fit's nodes (``shared.sim.placement.BestFit``), or, with
+  ``placement="cp-sat"``, the nodes ``CpSatPlacer.place_batch`` chose for the top K startable jobs
+  (plus ``lookahead`` next ones) when they still fit; a job of that batch CP-SAT chose not to start
+  is held back although it fits (CP-SAT keeps the priority order among its batch, see
+  ``docs/placement.md``). The batch is solved before the walk and knows nothing of reservations:
+  once one of its allocations is ruled out (a reservation's nodes, or no longer room), its choices
+  not to start jobs no longer hold and best-fit decides the rest. If the solve fails, best-fit
+  decides and ``placer_status`` says so;
+- the highest-ranked job of a pool of node groups that cannot start (resources only) gets an EASY
+  **reservation** (one per disjoint pool, as the simulator's default): the estimated time ``T`` it
+  could start and the nodes it would take then (``JobPlacement.reserved_s`` records ``T``). A
+  lower-ranked job estimated to run past ``T`` may not use those nodes at all, so it cannot delay
+  the reserved job; one that ends by ``T`` may start anywhere.
+
+**The reservation is a conservative simplification** of the simulator's (a snapshot does not say how
+a running job's resources split over its nodes):
+
+- ``T`` comes from replaying the running jobs' ends (``est_end_s``, clamped to now) on the nodes of
+  the job's groups: whole GPUs return exactly for single-node jobs, evenly split for gangs; a node's
+  used CPUs and memory return in proportion to the GPUs released, and completely with the node's
+  last known job (as do GPUs held by shares). Jobs started by this decision return exactly their
+  allocation at ``now + est_runtime_s``. Drained, down and unreported nodes never count.
+- If the replay never makes room (resources the snapshot attributes to no running job), the pool
+  is assumed empty after its last known end; if even that cannot hold the job, it gets no
+  reservation (it cannot start on the reported nodes at all).
+- The reserved nodes are blocked completely for jobs running past ``T``, where the simulator only
+  caps them to what the reserved job leaves over: fewer backfills, never more.
+
+``can_schedule_now`` from the matrix (resources only, the same rules) skips jobs that cannot start
+without calling the placer; a request that failed also retires every later one of the same shape
+asking for at least as many CPUs and as much memory (resources only shrink during the walk).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import ValidationError
+
+from shared.domain.cluster import ClusterSpec
+from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
+from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.messages import JobPlacement, PlacementDecision, PriorityVector
+from shared.schemas.snapshot import PendingJob
+from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
+from shared.schemas.stage_error import StageError
+from shared.schemas.views import PendingBinding, bind_pending
+from shared.sim.placement import BestFit, Caps, alloc_fits
+from shared.sim.state import Alloc, ClusterState, GroupState
+
+__all__ = ["Decided", "PlacerStage", "Reservation", "rank_order"]
+
+log = logging.getLogger("hylo.placer")
+
+Placement = Literal["best-fit", "cp-sat"]
+INF = math.inf
+
+
+def rank_order(priorities: npt.ArrayLike, submit: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Rows in rank order: priority descending, ties by submit time, then row (matrix) order."""
+    p = np.asarray(priorities, dtype=np.float64)
+    s = np.asarray(submit, dtype=np.float64)
+    return np.lexsort((np.arange(len(p)), s, -p)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Job:
+    row: int
+    gpus: int
+    milli: int
+    cpu: int
+    mem: int
+    groups: tuple[int, ...]
+    est: float
+
+    @property
+    def zero(self) -> bool:
+        """Asks for nothing at all: fits even a node with nothing free (kept off unusable nodes)."""
+        return self.gpus == 0 and self.cpu == 0 and self.mem == 0
+
+
+@dataclass
+class Reservation:
+    """An EASY reservation: ``row`` may start at ``when`` on ``nodes`` (group -> node indices)."""
+
+    row: int
+    when: float
+    nodes: dict[int, list[int]]
+    caps: dict[int, Caps] = field(default_factory=dict)
+
+
+@dataclass
+class Decided:
+    """What the walk decided: allocations and reservations by matrix row, and how."""
+
+    allocs: dict[int, Alloc]
+    spread: dict[int, bool]
+    reservations: list[Reservation]
+    status: str | None
+    held_back: list[int] = field(default_factory=list)
+
+
+class _Scratch:
+    """The minimal ClusterState stand-in ``BestFit.place`` needs: ``groups`` indexable by group."""
+
+    def __init__(self, n_groups: int) -> None:
+        self.groups: list[GroupState | None] = [None] * n_groups
+
+
+def _blocking_caps(n: int, nodes: Sequence[int]) -> Caps:
+    """Caps that forbid any use of ``nodes`` (-1: even a request of nothing fails there)."""
+    cap = Caps.unlimited(n)
+    for i in nodes:
+        cap.whole[i] = cap.cpu[i] = cap.mem[i] = -1
+        cap.block_shares(i)
+    return cap
+
+
+def _merge_caps(a: Caps, b: Caps) -> Caps:
+    out = Caps(
+        np.minimum(a.whole, b.whole),
+        np.minimum(a.cpu, b.cpu),
+        np.minimum(a.mem, b.mem),
+        a.frac_blocked | b.frac_blocked,
+    )
+    out.frac_blocked_set = a.frac_blocked_set | b.frac_blocked_set
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class _Free:
+    """Free resources per node slot (``NodeLayout``'s order) at one moment of a replay."""
+
+    whole: npt.NDArray[np.int64]
+    cpu: npt.NDArray[np.int64]
+    mem: npt.NDArray[np.int64]
+    share: npt.NDArray[np.int64]
+
+
+class _ReplayBase:
+    """What every reservation of one decision reads: the running jobs per node, capacities, usage."""
+
+    def __init__(self, ss: SnapshotState) -> None:
+        lay = ss.layout
+        ent = ss.running
+        self.ss = ss
+        self.n = len(lay.free_gpus)
+        self.entries = ent
+        self.weight = ent.weight
+        cap = ss.capacity_slots
+        self.cap = cap
+        self.cap_share = np.where(cap[0] > 0, WHOLE_GPU_MILLI, 0)
+        # what the snapshot shows in use on each node
+        self.used = np.stack(
+            (cap[0] - lay.free_gpus, cap[1] - lay.free_cpus_milli, cap[2] - lay.free_mem_mib)
+        )
+        self.usable = ss.usable_slots
+
+
+class _Replay:
+    """The free resources of some node groups as their running jobs end (estimated), at any time.
+
+    Snapshot jobs: on a node, the whole GPUs of the jobs ended so far return (at most what the
+    snapshot shows in use), its used CPUs and memory in proportion to their GPUs (by count when the
+    node's jobs hold none), and everything in use with its last known job. Jobs started by this
+    decision return exactly their allocation at ``now + est_runtime_s``. A share ended frees at least
+    its own milli-GPUs on its node. Drained, down and unreported nodes stay at nothing free.
+    """
+
+    def __init__(
+        self, base: _ReplayBase, groups: tuple[int, ...], started: list[tuple[_Job, Alloc]], now: float
+    ) -> None:
+        ss = base.ss
+        lay = ss.layout
+        n = base.n
+        in_groups = np.zeros(len(ss.spec.node_groups), dtype=bool)
+        in_groups[list(groups)] = True
+        ent = base.entries
+        sel = np.flatnonzero(in_groups[ent.group] & base.usable[ent.slot])
+        self.slot = ent.slot[sel]
+        self.time = np.maximum(ent.end[sel], now)
+        self.whole = ent.whole[sel]
+        self.weight = base.weight[sel]
+        self.milli = ent.milli[sel]
+        self.total_w = np.bincount(self.slot, weights=self.weight, minlength=n)
+        self.total_n = np.bincount(self.slot, minlength=n)
+        self.cap = base.cap
+        self.cap_share = base.cap_share
+        self.used = base.used
+        self.usable = base.usable
+        # the free state now (after this decision's starts)
+        st = ss.state.groups
+        self.now_whole = np.concatenate([gs.whole for gs in st])
+        self.now_cpu = np.concatenate([gs.cpu for gs in st])
+        self.now_mem = np.concatenate([gs.mem for gs in st])
+        self.now_share = np.concatenate(
+            [
+                gs.maxfrac if gs.maxfrac is not None else np.where(gs.whole > 0, WHOLE_GPU_MILLI, 0)
+                for gs in st
+            ]
+        )
+        # this decision's starts in these groups: one row per (job, node)
+        rows = [
+            (
+                int(lay.offsets[a.group]) + i,
+                now + j.est,
+                a.whole[k],
+                a.cpu[k],
+                a.mem[k],
+                a.milli if a.frac_gpu >= 0 else 0,
+            )
+            for j, a in started
+            if in_groups[a.group] and math.isfinite(j.est)
+            for k, i in enumerate(a.nodes)
+        ]
+        arr = np.array(rows, dtype=np.float64).reshape(len(rows), 6)
+        self.s_slot = arr[:, 0].astype(np.int64)
+        self.s_time = arr[:, 1]
+        self.s_res = arr[:, 2:5].astype(np.int64)
+        self.s_milli = arr[:, 5].astype(np.int64)
+        self.n = n
+        self.times = np.unique(np.concatenate((self.time, self.s_time)))
+
+    def free_at(self, t: float) -> _Free:
+        n = self.n
+        done = self.time <= t
+        slot = self.slot[done]
+        rel_n = np.bincount(slot, minlength=n)
+        rel_w = np.bincount(slot, weights=self.weight[done], minlength=n)
+        rel_whole = np.bincount(slot, weights=self.whole[done], minlength=n).astype(np.int64)
+        all_done = (rel_n == self.total_n) & (self.total_n > 0)
+        frac = np.zeros(n)
+        np.divide(rel_w, self.total_w, out=frac, where=self.total_w > 0)
+        by_count = self.total_w <= 0
+        frac[by_count] = rel_n[by_count] / np.maximum(self.total_n[by_count], 1)
+        used = self.used
+        back_w = np.where(all_done, used[0], np.minimum(rel_whole, used[0]))
+        back_c = np.where(all_done, used[1], np.floor(used[1] * frac).astype(np.int64))
+        back_m = np.where(all_done, used[2], np.floor(used[2] * frac).astype(np.int64))
+        share = self.now_share.copy()
+        if done.any():
+            np.maximum.at(share, slot, self.milli[done])
+        mine = self.s_time <= t
+        if mine.any():
+            s_slot = self.s_slot[mine]
+            res = self.s_res[mine]
+            back_w = back_w + np.bincount(s_slot, weights=res[:, 0], minlength=n).astype(np.int64)
+            back_c = back_c + np.bincount(s_slot, weights=res[:, 1], minlength=n).astype(np.int64)
+            back_m = back_m + np.bincount(s_slot, weights=res[:, 2], minlength=n).astype(np.int64)
+            np.maximum.at(share, s_slot, self.s_milli[mine])
+        ok = self.usable
+        whole = np.where(ok, np.minimum(self.cap[0], self.now_whole + back_w), 0)
+        cpu = np.where(ok, np.minimum(self.cap[1], self.now_cpu + back_c), 0)
+        mem = np.where(ok, np.minimum(self.cap[2], self.now_mem + back_m), 0)
+        share = np.where(ok, np.where(whole > 0, self.cap_share, np.minimum(share, self.cap_share)), 0)
+        return _Free(whole, cpu, mem, share)
+
+    def drained(self) -> _Free:
+        ok = self.usable
+        return _Free(
+            np.where(ok, self.cap[0], 0),
+            np.where(ok, self.cap[1], 0),
+            np.where(ok, self.cap[2], 0),
+            np.where(ok, self.cap_share, 0),
+        )
+
+
+class PlacerStage:
+    """Places the jobs of priority vectors on the clusters in ``specs`` (cluster name -> spec).
+
+    ``placement``: ``"cp-sat"`` (the batch placer on the top ``settings.k`` startable jobs, best-fit
+    for the rest) or ``"best-fit"``. ``settings.node_slack`` applies to both and must match the
+    featurizer's. ``limits`` are the service's message limits (the decision is validated under them).
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, ClusterSpec],
+        placement: Placement = "cp-sat",
+        settings: PlacerSettings | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if placement not in ("best-fit", "cp-sat"):
+            raise ValueError(f"unknown placement {placement!r}; choose best-fit or cp-sat")
+        self.specs = dict(specs)
+        self.placement: Placement = placement
+        self.settings = settings or PlacerSettings()
+        self.cpsat = CpSatPlacer(self.settings) if placement == "cp-sat" else None
+        self.best = BestFit()
+        self.limits = limits
+        self._context = limits.context()
+
+    def spec_of(self, cluster: str) -> ClusterSpec:
+        spec = self.specs.get(cluster)
+        if spec is None:
+            known = ", ".join(sorted(self.specs)) or "none"
+            raise StageError(f"unknown cluster {cluster!r}: no cluster spec configured (known: {known})")
+        return spec
+
+    # -- the message ----------------------------------------------------------------------------
+
+    def handle(self, vector: PriorityVector, sequence: int | None = None) -> PlacementDecision:
+        """The decision for ``vector``; ``sequence`` defaults to the snapshot's."""
+        t0 = time.perf_counter()
+        matrix = vector.matrix
+        snap = matrix.snapshot
+        spec = self.spec_of(snap.cluster)
+        by_id = {j.job_id: j for j in snap.pending}
+        jobs = [by_id[j] for j in matrix.job_ids]
+        submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
+        order = rank_order(vector.priorities, submit)
+        try:
+            binding = bind_pending(jobs, spec, self.settings.node_slack)
+            track = {
+                g
+                for pos, gs in zip(binding.kept, binding.groups, strict=True)
+                if jobs[pos].gpu_milli < WHOLE_GPU_MILLI
+                for g in gs
+            }
+            ss = snapshot_state(snap, spec, track)
+        except (KeyError, ValueError) as err:
+            raise StageError(
+                f"snapshot {snap.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
+            ) from None
+        can_now = None
+        if "can_schedule_now" in matrix.columns:
+            col = matrix.columns.index("can_schedule_now")
+            can_now = np.fromiter((row[col] > 0.5 for row in matrix.values), dtype=bool, count=len(jobs))
+        decided = self.decide(ss, jobs, binding, order, snap.time, can_now)
+
+        reserved = {r.row: r.when for r in decided.reservations if math.isfinite(r.when)}
+        columns = matrix.columns
+        placements: list[JobPlacement] = []
+        for rank, row in enumerate(order.tolist()):
+            a = decided.allocs.get(row)
+            nodes: tuple[str, ...] = ()
+            mode: Literal["pack", "spread"] | None = None
+            if a is not None:
+                nodes = ss.names_of(a)
+                mode = "spread" if decided.spread.get(row, False) else "pack"
+            # every part was validated already (job ids, node names, features, priorities), so the
+            # entries are built without a second validation: 1,024 of them cost milliseconds
+            placements.append(
+                JobPlacement.model_construct(
+                    job_id=jobs[row].job_id,
+                    rank=rank,
+                    priority=vector.priorities[row],
+                    nodes=nodes,
+                    mode=mode,
+                    features=dict(zip(columns, matrix.values[row], strict=True)),
+                    reserved_s=reserved.get(row),
+                )
+            )
+        latencies = dict(vector.latencies_ms)
+        fields: dict[str, Any] = {
+            "cluster": vector.cluster,
+            "correlation_id": vector.correlation_id,
+            "snapshot_time": snap.time,
+            "sequence": snap.sequence if sequence is None else sequence,
+            "policy": vector.policy,
+            "model_version": vector.model_version,
+            "fallback": vector.fallback,
+            "placements": tuple(placements),
+            "placer": self.placement,
+            "placer_status": decided.status,
+            "latencies_ms": latencies,
+        }
+        try:
+            decision = PlacementDecision.model_validate(fields, context=self._context)
+        except ValidationError as err:
+            raise StageError(
+                f"vector {vector.correlation_id}: placement decision is invalid: {err}"
+            ) from None
+        latencies["place"] = (time.perf_counter() - t0) * 1e3
+        return decision.model_copy(update={"latencies_ms": latencies})
+
+    # -- the walk ---------------------------------------------------------------------------------
+
+    def decide(
+        self,
+        ss: SnapshotState,
+        jobs: Sequence[PendingJob],
+        binding: PendingBinding,
+        order: npt.NDArray[np.int64],
+        now: float,
+        can_now: npt.NDArray[np.bool_] | None = None,
+    ) -> Decided:
+        """Allocations (on ``ss.state``, which it modifies) and reservations of one decision."""
+        st = ss.state
+        slack = self.settings.node_slack
+        best = self.best
+        by_row: dict[int, _Job] = {}
+        for pos, cpu, mem, groups in zip(
+            binding.kept, binding.cpus_milli, binding.mem_mib, binding.groups, strict=True
+        ):
+            j = jobs[pos]
+            by_row[pos] = _Job(pos, j.gpus, j.gpu_milli, cpu, mem, groups, j.est_runtime_s)
+        ranked = [by_row[r] for r in order.tolist() if r in by_row]
+        maybe = np.ones(len(jobs), dtype=bool) if can_now is None else can_now
+
+        preset: dict[int, tuple[Alloc | None, bool]] = {}
+        status: str | None = None
+        if self.cpsat is not None:
+            preset, status = self._batch(st, [j for j in ranked if maybe[j.row] and not j.zero])
+        unusable = {
+            g: _blocking_caps(len(u), np.flatnonzero(~u).tolist())
+            for g, u in enumerate(ss.usable)
+            if not u.all()
+        }
+
+        allocs: dict[int, Alloc] = {}
+        spread: dict[int, bool] = {}
+        started: list[tuple[_Job, Alloc]] = []
+        reservations: list[Reservation] = []
+        res_of_group: dict[int, Reservation] = {}
+        covered: set[int] = set()  # groups of a pool that has had its reservation (found or not)
+        # failed requests per shape: (CPUs, memory, threshold); a later request of the same shape
+        # asking for no less, running longer than the threshold (-inf: failed on the raw free
+        # resources; else capped by the same reservations), fails too: resources only shrink
+        failed: dict[tuple[int, int, tuple[int, ...]], list[tuple[int, int, float]]] = {}
+        held: list[int] = []
+        intact = True  # no batch allocation overridden yet: CP-SAT's choices not to start still hold
+        base: _ReplayBase | None = None  # built on the first reservation
+        for job in ranked:
+            key = (job.gpus, job.milli, job.groups)
+            fits = bool(maybe[job.row])
+            if fits and key in failed:
+                fits = not any(job.cpu >= c and job.mem >= m and job.est > t for c, m, t in failed[key])
+                if not fits and preset.get(job.row, (None, False))[0] is not None:
+                    intact = False  # a batch allocation that no longer fits
+            if fits:
+                caps: dict[int, Caps] | None = None
+                if res_of_group:
+                    finish = now + job.est
+                    caps = {
+                        g: res.caps[g]
+                        for g in job.groups
+                        if (res := res_of_group.get(g)) is not None and g in res.caps and finish > res.when
+                    } or None
+                capped = caps is not None
+                if job.zero and unusable:
+                    caps = dict(caps or {})
+                    for g in job.groups:
+                        if g in unusable:
+                            caps[g] = _merge_caps(caps[g], unusable[g]) if g in caps else unusable[g]
+                a: Alloc | None = None
+                if job.row in preset:
+                    a, wide = preset[job.row]
+                    if a is not None and not alloc_fits(st, a, caps, job.milli):
+                        a = None
+                        intact = False
+                    if a is None:
+                        if intact and best.place(
+                            st, job.gpus, job.milli, job.cpu, job.mem, job.groups, caps, slack
+                        ):
+                            held.append(job.row)  # CP-SAT chose not to start it: held back
+                            continue
+                    else:
+                        spread[job.row] = wide
+                if a is None:
+                    a = best.place(st, job.gpus, job.milli, job.cpu, job.mem, job.groups, caps, slack)
+                    if a is not None:
+                        spread[job.row] = self._spread(st, job, a)
+                if a is not None:
+                    st.take(a)
+                    allocs[job.row] = a
+                    started.append((job, a))
+                    continue
+                if capped:
+                    assert caps is not None
+                    thr = max(res_of_group[g].when for g in caps if g in res_of_group) - now
+                    failed.setdefault(key, []).append((job.cpu, job.mem, thr))
+                    continue  # held back by a reservation (its groups are covered already)
+                failed.setdefault(key, []).append((job.cpu, job.mem, -INF))
+            if covered.isdisjoint(job.groups):
+                covered.update(job.groups)
+                if base is None:
+                    base = _ReplayBase(ss)
+                res = self._reserve(ss, job, started, now, base)
+                if res is not None:
+                    reservations.append(res)
+                    for g in job.groups:
+                        res_of_group[g] = res
+        return Decided(allocs, spread, reservations, status, held)
+
+    def _spread(self, st: ClusterState, job: _Job, a: Alloc) -> bool:
+        """On more nodes than the fewest that can hold it (only with ``node_slack`` > 0)."""
+        if job.gpus <= 1 or job.milli < WHOLE_GPU_MILLI:
+            return len(a.nodes) > 1
+        g = st.groups[a.group].G
+        return len(a.nodes) > max(1, -(-job.gpus // max(g, 1)))
+
+    def _batch(
+        self, st: ClusterState, startable: list[_Job]
+    ) -> tuple[dict[int, tuple[Alloc | None, bool]], str]:
+        """CP-SAT's joint placement of the top K startable jobs (plus the look-ahead ones)."""
+        assert self.cpsat is not None
+        cfg = self.cpsat.settings
+        k = cfg.k
+        cands = startable[: k + cfg.lookahead]
+        if not cands:
+            return {}, "NOTHING_FITS"
+        reqs = [
+            JobRequest(
+                j.gpus,
+                j.milli if j.gpus else WHOLE_GPU_MILLI,
+                j.cpu,
+                j.mem,
+                j.groups,
+                weight=(k - min(r, k - 1)) / k,  # tier (b): higher rank, more weight
+                est_runtime=j.est if math.isfinite(j.est) else 1.0,
+                job_id=j.row,
+            )
+            for r, j in enumerate(cands)
+        ]
+        try:
+            res = self.cpsat.place_batch(st, reqs[:k], reqs[k:])
+        except Exception:  # a bug in the batch placer must not lose the decision: best-fit decides
+            log.exception("CP-SAT placement failed; best-fit decides")
+            return {}, "ERROR_FALLBACK"
+        preset = {j.row: (d.alloc, d.spread) for j, d in zip(cands[:k], res.decisions, strict=True)}
+        return preset, res.status.value
+
+    # -- EASY reservations ------------------------------------------------------------------------
+
+    def _reserve(
+        self,
+        ss: SnapshotState,
+        job: _Job,
+        started: list[tuple[_Job, Alloc]],
+        now: float,
+        base: _ReplayBase | None = None,
+    ) -> Reservation | None:
+        """The estimated earliest start of ``job`` and the nodes it would take (module docstring).
+
+        Free resources in the replay only grow with time (jobs end, none start), so whether the job
+        fits is monotone in time: a binary search over the release times, each probe one vectorized
+        pass over the releases of the job's node groups.
+        """
+        replay = _Replay(base or _ReplayBase(ss), job.groups, started, now)
+        times = replay.times
+        lo, hi = 0, len(times)  # the first time index where the job fits, in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._fit(ss, job, replay.free_at(times[mid])) is not None:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < len(times):
+            when = float(times[lo])
+            free = replay.free_at(when)
+        else:  # no room from known releases: assume the pool empty after its last known end
+            when = float(times[-1]) if len(times) else now
+            free = replay.drained()
+        plan = self._fit(ss, job, free)
+        if plan is None:
+            return None
+        g, nodes = plan
+        n = ss.state.groups[g].n
+        return Reservation(job.row, max(when, now), {g: nodes}, {g: _blocking_caps(n, nodes)})
+
+    def _fit(self, ss: SnapshotState, job: _Job, free: _Free) -> tuple[int, list[int]] | None:
+        """(group, nodes) where ``job`` fits on the free resources ``free`` (best-fit's choice)."""
+        slack = self.settings.node_slack
+        groups = ss.spec.node_groups
+        offsets = ss.layout.offsets
+        picks: list[tuple[int, int, int]] = []  # single-node fits: (free GPUs left, group position, node)
+        gangs: list[int] = []
+        for pos, g in enumerate(job.groups):
+            lo, hi = int(offsets[g]), int(offsets[g + 1])
+            w, c, m, s = free.whole[lo:hi], free.cpu[lo:hi], free.mem[lo:hi], free.share[lo:hi]
+            gg = groups[g].gpus
+            if (
+                job.gpus > 0
+                and job.milli == WHOLE_GPU_MILLI
+                and (job.gpus > gg or (slack > 0 and job.gpus >= 2))
+            ):
+                gangs.append(g)
+                if job.gpus > gg:
+                    continue
+            ok = (c >= job.cpu) & (m >= job.mem)
+            if job.gpus == 0:
+                score = c
+            elif job.milli < WHOLE_GPU_MILLI:
+                ok &= (w >= 1) | (s >= job.milli)
+                score = np.where(s < WHOLE_GPU_MILLI, s, WHOLE_GPU_MILLI)
+            else:
+                ok &= w >= job.gpus
+                score = w
+            hit = np.flatnonzero(ok)
+            if len(hit):
+                i = int(hit[np.argmin(score[hit])])
+                picks.append((int(score[i]), pos, i))
+        if picks:
+            _, pos, i = min(picks)
+            return job.groups[pos], [i]
+        for g in gangs:
+            lo, hi = int(offsets[g]), int(offsets[g + 1])
+            plan = self._fit_gang(ss, job, g, free.whole[lo:hi], free.cpu[lo:hi], free.mem[lo:hi])
+            if plan is not None:
+                return g, plan
+        return None
+
+    def _fit_gang(
+        self,
+        ss: SnapshotState,
+        job: _Job,
+        g: int,
+        whole: npt.NDArray[np.int64],
+        cpu: npt.NDArray[np.int64],
+        mem: npt.NDArray[np.int64],
+    ) -> list[int] | None:
+        """Best-fit's gang of ``job`` in group ``g`` on these free resources (the top-M test first)."""
+        if int(whole.sum()) < job.gpus:
+            return None
+        usable = whole
+        if job.cpu:
+            usable = np.minimum(usable, cpu * job.gpus // job.cpu)
+        if job.mem:
+            usable = np.minimum(usable, mem * job.gpus // job.mem)
+        spec_g = ss.spec.node_groups[g]
+        slack = self.settings.node_slack
+        m = min(-(-job.gpus // max(spec_g.gpus, 1)) + slack, spec_g.count)
+        top = np.partition(usable, len(usable) - m)[len(usable) - m :] if m < len(usable) else usable
+        if int(top.sum()) < job.gpus:
+            return None
+        gs = GroupState(g, spec_g.count, spec_g.gpus, spec_g.cpus_milli, spec_g.mem_mib, False)
+        fill_group(gs, whole, cpu, mem)
+        scratch = _Scratch(len(ss.spec.node_groups))
+        scratch.groups[g] = gs
+        a = self.best.place(scratch, job.gpus, job.milli, job.cpu, job.mem, (g,), None, slack)  # type: ignore[arg-type]
+        return None if a is None else list(a.nodes)
