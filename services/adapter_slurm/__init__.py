@@ -1,1 +1,1 @@
-"""Hylo adapter_slurm service (built in its own issue)."""
+"""Hylo's Slurm adapter: squeue/sinfo/sacct -> snapshots and outcomes; decisions -> scontrol."""

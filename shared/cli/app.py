@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shared.cli.evaluate import evaluate_command
+from shared.cli.run import run_command, up_command
 from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
 from shared.cli.train import train_command
@@ -16,6 +17,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("run")(run_command)
+app.command("up")(up_command)
 app.command("simulate")(simulate_command)
 app.command("train")(train_command)
 app.command("evaluate")(evaluate_command)

@@ -53,6 +53,7 @@ class Route(Generic[M]):
     reject: tuple[type[Exception], ...] = ()
     deliver_policy: DeliverPolicy = DeliverPolicy.ALL
     inactive_threshold_s: float | None = None
+    cluster: str | None = None  # only this cluster's messages (an adapter manages one cluster)
 
 
 @dataclass

@@ -1,0 +1,191 @@
+"""The Slurm adapter's core, without the bus: poll -> snapshot + outcomes; decision -> scontrol.
+
+Why synchronous and separate from the service: every step is a blocking Slurm command; the service
+runs them in a worker thread, and tests (and a one-off ``--once`` run) drive this class directly
+against a real slurmctld.
+
+State kept between calls, and why:
+- the last good poll (jobs by id, their priorities): decisions are checked against it (is the job
+  still pending, in a managed partition, not excluded?) and unchanged priorities are not re-sent. A
+  failed or malformed poll raises and leaves it untouched, so the previous good state is kept;
+- the priorities sent since that poll (a decision applied twice sends nothing the second time);
+- the newest decision sequence applied: an older decision arriving late is ignored;
+- the jobs whose priority Hylo set (to hand them back on shutdown, when configured).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from services.adapter_slurm.apply import ApplyReport, apply_plan, release_argvs
+from services.adapter_slurm.commands import CommandRunner, SlurmCommandError
+from services.adapter_slurm.model import SlurmJob, SlurmNodes, SlurmQueue
+from services.adapter_slurm.outcomes import OutcomeTracker
+from services.adapter_slurm.parse_json import parse_sinfo_json, parse_squeue_json
+from services.adapter_slurm.parse_text import SINFO_ARGS, SQUEUE_ARGS, parse_sinfo_text, parse_squeue_text
+from services.adapter_slurm.priorities import PriorityBand, plan_updates
+from services.adapter_slurm.settings import SlurmAdapterSettings
+from services.adapter_slurm.snapshot import GroupResolver, JobFilter, build_snapshot
+from shared.domain.cluster import ClusterSpec
+from shared.schemas import JobOutcome, PlacementDecision, QueueSnapshot, new_correlation_id
+
+log = logging.getLogger(__name__)
+
+SQUEUE_JSON = ("squeue", "--json", "-r", "-t", "all")
+SINFO_JSON = ("sinfo", "-N", "--json")
+
+
+@dataclass(frozen=True)
+class PollResult:
+    snapshot: QueueSnapshot
+    outcomes: list[JobOutcome]
+    layout: str
+    seconds: float
+
+
+@dataclass
+class DecisionResult:
+    report: ApplyReport
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: int = 0
+    stale: bool = False
+
+
+class SlurmAdapter:
+    """One Slurm cluster, seen through its client commands (see the module docstring)."""
+
+    def __init__(
+        self, settings: SlurmAdapterSettings, spec: ClusterSpec, runner: CommandRunner | None = None
+    ) -> None:
+        self.settings = settings
+        self.cluster = settings.slurm_cluster
+        self.spec = spec
+        self.runner = runner or CommandRunner(
+            slurm_conf=settings.slurm_conf,
+            bin_dir=settings.slurm_bin_dir,
+            timeout_s=settings.slurm_command_timeout_s,
+            dry_run=settings.slurm_dry_run,
+        )
+        self.resolver = GroupResolver(spec, settings.slurm_node_groups)
+        self.filter = JobFilter(frozenset(settings.slurm_partitions), frozenset(settings.slurm_excluded_qos))
+        self.band = PriorityBand(
+            settings.slurm_priority_top, settings.slurm_priority_bottom, settings.slurm_priority_step
+        )
+        self.output = settings.slurm_output
+        self.outcomes = OutcomeTracker(self.cluster, self.runner, accounting=settings.slurm_accounting)
+        self.jobs: dict[str, SlurmJob] = {}
+        self.sent: dict[str, int] = {}
+        self.managed: set[str] = set()
+        self.last_sequence = -1
+        self.last_snapshot: QueueSnapshot | None = None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _read(self) -> tuple[SlurmQueue, SlurmNodes]:
+        if self.output != "text":
+            try:
+                queue = parse_squeue_json(self.runner.run(SQUEUE_JSON).stdout, " ".join(SQUEUE_JSON))
+                nodes = parse_sinfo_json(self.runner.run(SINFO_JSON).stdout, " ".join(SINFO_JSON))
+                return queue, nodes
+            except SlurmCommandError as err:
+                if err.unreachable or self.output == "json":
+                    raise
+                log.warning("%s; falling back to parsable text output from now on", err)
+                self.output = "text"
+        queue = parse_squeue_text(self.runner.run(SQUEUE_ARGS).stdout)
+        nodes = parse_sinfo_text(self.runner.run(SINFO_ARGS).stdout)
+        return queue, nodes
+
+    def poll(self) -> PollResult:
+        """Read the queue and nodes; raises SlurmCommandError (state kept) when Slurm fails us."""
+        started = time.monotonic()
+        queue, nodes = self._read()
+        now = time.time()
+        correlation_id = new_correlation_id()
+        try:
+            snapshot = self._snapshot(queue, nodes, now, correlation_id)
+        except ValueError as err:  # a job or node Hylo's messages cannot carry; a spec that fits no node
+            raise SlurmCommandError(
+                "squeue/sinfo -> QueueSnapshot", " ".join(str(err).split())[:500]
+            ) from None
+        outcomes = self.outcomes.update(queue.jobs, now, correlation_id)
+        self.jobs = {j.job_id: j for j in queue.jobs}
+        self.sent = {}
+        self.last_snapshot = snapshot
+        return PollResult(snapshot, outcomes, queue.layout, time.monotonic() - started)
+
+    def _snapshot(
+        self, queue: SlurmQueue, nodes: SlurmNodes, now: float, correlation_id: str
+    ) -> QueueSnapshot:
+        return build_snapshot(
+            cluster=self.cluster,
+            correlation_id=correlation_id,
+            now=now,
+            sequence=int(now * 1000),  # increases across adapter restarts too
+            jobs=queue.jobs,
+            nodes=nodes.nodes,
+            resolver=self.resolver,
+            jobs_filter=self.filter,
+            default_runtime_s=self.settings.slurm_default_runtime_s,
+            max_pending=self.settings.slurm_max_pending,
+        )
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    def current_priorities(self) -> dict[str, int]:
+        current = {j.job_id: j.priority for j in self.jobs.values() if j.priority is not None}
+        current.update(self.sent)
+        return current
+
+    def apply(self, decision: PlacementDecision) -> DecisionResult:
+        """Write a decision's priorities (and, when configured, nodes) for the jobs Hylo manages."""
+        if decision.cluster != self.cluster:
+            raise ValueError(f"decision for cluster {decision.cluster!r}, this adapter is {self.cluster!r}")
+        if decision.sequence < self.last_sequence:
+            log.info(
+                "decision of snapshot %d is older than the one applied (%d): ignored",
+                decision.sequence,
+                self.last_sequence,
+            )
+            return DecisionResult(ApplyReport(dry_run=self.runner.dry_run), stale=True)
+        plan = plan_updates(
+            decision,
+            self.jobs,
+            self.current_priorities(),
+            self.band,
+            self.filter,
+            apply_nodes=self.settings.slurm_apply_nodes,
+        )
+        for job_id, reason in plan.skipped:
+            log.debug("job %s not updated: %s", job_id, reason)
+        report = apply_plan(self.runner, plan)
+        self.sent.update(report.sent)
+        self.managed.update(report.sent)
+        self.last_sequence = decision.sequence
+        self.outcomes.note_correlation(report.sent, decision.correlation_id)
+        log.info(
+            "decision %s: %d priorities sent%s, %d unchanged, %d skipped, %d gone, %d failed",
+            decision.correlation_id,
+            len(report.sent),
+            " (dry run)" if report.dry_run else "",
+            plan.unchanged,
+            len(plan.skipped),
+            len(report.gone),
+            len(report.failed),
+        )
+        return DecisionResult(report, plan.skipped, plan.unchanged)
+
+    def release_all(self) -> int:
+        """Hand every still-pending managed job back to Slurm's own priority; returns how many."""
+        count = 0
+        for job_id in sorted(self.managed):
+            job = self.jobs.get(job_id)
+            if job is None or job.state != "PENDING":
+                continue
+            for argv in release_argvs(job_id):
+                self.runner.mutate(argv)
+            count += 1
+        self.managed.clear()
+        return count

@@ -1,0 +1,106 @@
+"""Settings of the Slurm adapter (``HYLO_SLURM_*``, plus the shared ``HYLO_CLUSTERS``).
+
+Why every knob that touches Slurm is explicit here: the adapter writes priorities into a production
+scheduler. Which partitions it may touch, which QOS it must leave alone (SLA-bound jobs), the
+priority band it writes into and whether it writes at all (dry run) are operator decisions that
+must be visible in one place, with safe defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from shared.config import HyloBaseSettings
+from shared.schemas import validate_cluster_name
+
+#: Slurm's largest job priority (uint32, minus the INFINITE / NO_VAL markers)
+SLURM_MAX_PRIORITY = 4_294_967_293
+
+
+class SlurmAdapterSettings(HyloBaseSettings):
+    """How to reach Slurm, what to manage, and how often to look."""
+
+    slurm_cluster: str = Field(default="slurm", description="cluster name on the bus (subject token)")
+    clusters: dict[str, str] = Field(
+        default_factory=lambda: {"slurm": "slurm-testbed"},
+        description="cluster name -> spec preset or file, as every service reads it (HYLO_CLUSTERS)",
+    )
+    slurm_conf: Path | None = Field(
+        default=None, description="slurm.conf for the client commands (exported as SLURM_CONF)"
+    )
+    slurm_bin_dir: Path | None = Field(
+        default=None, description="folder holding squeue, sinfo, scontrol, sacct; default: PATH"
+    )
+    slurm_command_timeout_s: float = Field(default=20.0, gt=0, le=600, description="per command")
+    slurm_output: Literal["auto", "json", "text"] = Field(
+        default="auto", description="auto: --json, falling back to parsable text when JSON fails"
+    )
+    slurm_poll_interval_s: float = Field(default=30.0, gt=0, description="seconds between polls")
+    slurm_retry_max_s: float = Field(
+        default=60.0, gt=0, description="longest wait between retries while slurmctld is unreachable"
+    )
+    slurm_partitions: tuple[str, ...] = Field(
+        default=(), description="partitions whose jobs Hylo manages; empty = every partition"
+    )
+    slurm_excluded_qos: tuple[str, ...] = Field(
+        default=(), description="QOS left to Slurm (SLA-bound jobs): never re-prioritized or moved"
+    )
+    slurm_priority_top: int = Field(
+        default=1_000_000,
+        ge=2,
+        le=SLURM_MAX_PRIORITY,
+        description="priority of rank 0; everything above it is room for jobs Hylo does not manage",
+    )
+    slurm_priority_bottom: int = Field(
+        default=1_000, ge=1, description="lowest priority Hylo writes (0 would hold the job)"
+    )
+    slurm_priority_step: int = Field(default=1, ge=1, description="gap between consecutive ranks")
+    slurm_dry_run: bool = Field(default=False, description="log the scontrol updates instead of running them")
+    slurm_apply_nodes: bool = Field(
+        default=False, description="also send the placer's node choice (ReqNodeList) for pending jobs"
+    )
+    slurm_node_groups: dict[str, str] = Field(
+        default_factory=dict,
+        description="node name -> spec node group; overrides features and GRES-type matching",
+    )
+    slurm_default_runtime_s: float = Field(
+        default=86_400.0, gt=0, description="runtime estimate of a job with no (or an infinite) time limit"
+    )
+    slurm_max_pending: int = Field(
+        default=4096, ge=1, le=1_000_000, description="pending jobs per snapshot (oldest first)"
+    )
+    slurm_accounting: Literal["auto", "sacct", "none"] = Field(
+        default="auto",
+        description="jobs that left squeue unseen: auto = sacct, else sacct -c (completion file); none",
+    )
+    slurm_restore_on_stop: bool = Field(
+        default=False,
+        description="on shutdown hand managed jobs back to multifactor (scontrol hold + release)",
+    )
+
+    @field_validator("slurm_cluster")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        return validate_cluster_name(value)
+
+    @model_validator(mode="after")
+    def _band(self) -> SlurmAdapterSettings:
+        if self.slurm_priority_bottom >= self.slurm_priority_top:
+            raise ValueError(
+                f"slurm_priority_bottom ({self.slurm_priority_bottom}) must be below "
+                f"slurm_priority_top ({self.slurm_priority_top})"
+            )
+        return self
+
+    def spec_source(self) -> str:
+        """The cluster spec (preset or file) of ``slurm_cluster``."""
+        source = self.clusters.get(self.slurm_cluster)
+        if source is None:
+            raise ValueError(
+                f"HYLO_CLUSTERS has no entry for HYLO_SLURM_CLUSTER={self.slurm_cluster!r} "
+                f"(it lists {sorted(self.clusters)}): expected cluster name -> spec preset or file"
+            )
+        return source

