@@ -69,6 +69,8 @@ async def build(ctx: ServiceContext) -> Wiring:
     fallbacks = ctx.metrics.fallbacks
 
     async def on_features(matrix: FeatureMatrix, _delivery: Delivery) -> PriorityVector:
+        if matrix.cluster not in ctx.specs:  # every service serves the same cluster map
+            raise StageError(f"unknown cluster {matrix.cluster!r}: HYLO_CLUSTERS lists {sorted(ctx.specs)}")
         vector = await stage.handle(matrix)
         if vector.fallback:
             fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
