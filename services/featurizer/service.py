@@ -16,13 +16,15 @@ from shared.schemas.messages import FeatureMatrix
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
+from shared.service.latency import queue_wait_ms, with_wait
 
 
 async def build(ctx: ServiceContext) -> Wiring:
     stage = FeaturizerStage(ctx.specs)
 
-    async def on_snapshot(snapshot: QueueSnapshot, _delivery: Delivery) -> FeatureMatrix:
-        return await asyncio.to_thread(stage.handle, snapshot)
+    async def on_snapshot(snapshot: QueueSnapshot, delivery: Delivery) -> FeatureMatrix:
+        wait = queue_wait_ms(delivery)
+        return with_wait(await asyncio.to_thread(stage.handle, snapshot), "featurize", wait)
 
     route = Route(
         kind="snapshots",

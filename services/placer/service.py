@@ -1,27 +1,52 @@
-"""The placer service: each PriorityVector becomes a PlacementDecision; it also records outcomes.
+"""The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
+jobs, outcomes and model versions.
 
-Order of effects for one vector: decide, publish the decision, store it (one row per job, insert-or-
-ignore), then ack. A crash anywhere before the ack redelivers the vector: the republished decision
-has the same ``Nats-Msg-Id`` (dropped by the stream's duplicate window) and the rows already stored
-are ignored, so every decision lands exactly once. Publishing before storing keeps the database out
-of the decision latency the adapter waits for.
+Order of effects for one vector: decide, store the jobs seen for the first time, publish the
+decision, ack. Storing the decision itself (one row per ranked job: 1,024 rows for a 1,024-job
+queue) is the ``recorder-decisions`` route's work, a separate durable consumer on the placements
+stream: the next vector does not wait for the previous decision's rows. Every write is
+insert-or-ignore and every consumer acks after its write, so a crash anywhere redelivers and every
+decision, job and outcome lands exactly once, also across restarts (a republished decision has the
+same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window).
 
-Why the placer records outcomes and model versions too: it is the one pipeline service that owns
-the database connection; the ``recorder-*`` consumers are shared by all placer replicas.
+Why the placer records: it is the one pipeline service that owns the database connection; the
+``recorder-*`` consumers are shared by all placer replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from typing import Any
 
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import PlacerStage
 from shared.bus.consumer import Delivery
-from shared.schemas.messages import JobOutcome, ModelVersion, PriorityVector
+from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, PriorityVector
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
+from shared.service.latency import queue_wait_ms, with_wait
 from shared.store.writes import record_decision, record_jobs, record_model_version, record_outcome
+
+
+class KnownJobs:
+    """Jobs this replica has stored (most recent ``capacity``), so a queue is not re-inserted per decision.
+
+    Forgetting is harmless (the insert is ignored); remembering is only done after a committed write.
+    """
+
+    def __init__(self, capacity: int = 500_000) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def unknown(self, cluster: str, job_ids: list[str]) -> set[str]:
+        return {j for j in job_ids if (cluster, j) not in self._seen}
+
+    def add(self, cluster: str, job_ids: set[str]) -> None:
+        for j in job_ids:
+            self._seen[(cluster, j)] = None
+        while len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
 
 
 async def build(ctx: ServiceContext) -> Wiring:
@@ -31,12 +56,25 @@ async def build(ctx: ServiceContext) -> Wiring:
     assert engine is not None, "the placer needs the database (needs_store=True)"
     latency = ctx.metrics.decision_seconds
 
-    async def on_priorities(vector: PriorityVector, _delivery: Delivery) -> None:
-        decision = await asyncio.to_thread(stage.handle, vector)
+    known = KnownJobs()
+
+    async def on_priorities(vector: PriorityVector, delivery: Delivery) -> None:
+        wait = queue_wait_ms(delivery)
+        decision = with_wait(await asyncio.to_thread(stage.handle, vector), "place", wait)
+        snapshot = vector.matrix.snapshot
+        new = known.unknown(snapshot.cluster, [j.job_id for j in snapshot.pending])
+        if new:
+            fresh = snapshot.model_copy(
+                update={"pending": tuple(j for j in snapshot.pending if j.job_id in new)}
+            )
+            async with engine.begin() as conn:
+                await record_jobs(conn, fresh)
+            known.add(snapshot.cluster, new)
         await ctx.publisher.publish(decision)
         latency.labels(ctx.name, decision.cluster).observe(sum(decision.latencies_ms.values()) / 1000.0)
+
+    async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
-            await record_jobs(conn, vector.matrix.snapshot)
             await record_decision(conn, decision)
 
     async def on_outcome(outcome: JobOutcome, _delivery: Delivery) -> None:
@@ -55,6 +93,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             handle=on_priorities,
             reject=(StageError,),
         ),
+        Route(kind="placements", model=PlacementDecision, durable="recorder-decisions", handle=on_decision),
         Route(kind="outcomes", model=JobOutcome, durable="recorder-outcomes", handle=on_outcome),
         Route(kind="models", model=ModelVersion, durable="recorder-models", handle=on_model),
     ]

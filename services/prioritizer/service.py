@@ -24,6 +24,7 @@ from shared.bus.consumer import Delivery
 from shared.schemas.messages import FeatureMatrix, ModelVersion, PriorityVector
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
+from shared.service.latency import queue_wait_ms, with_wait
 
 log = logging.getLogger("hylo.prioritizer")
 
@@ -68,13 +69,14 @@ async def build(ctx: ServiceContext) -> Wiring:
     )
     fallbacks = ctx.metrics.fallbacks
 
-    async def on_features(matrix: FeatureMatrix, _delivery: Delivery) -> PriorityVector:
+    async def on_features(matrix: FeatureMatrix, delivery: Delivery) -> PriorityVector:
+        wait = queue_wait_ms(delivery)
         if matrix.cluster not in ctx.specs:  # every service serves the same cluster map
             raise StageError(f"unknown cluster {matrix.cluster!r}: HYLO_CLUSTERS lists {sorted(ctx.specs)}")
         vector = await stage.handle(matrix)
         if vector.fallback:
             fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
-        return vector
+        return with_wait(vector, "prioritize", wait)
 
     async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
         current = holder.current

@@ -71,6 +71,9 @@ class Delivery:
     message_id: str
     stream_seq: int
     num_delivered: int
+    #: when JetStream stored the message (epoch seconds, the server's clock): queueing time is
+    #: ``time.time() - stored_at`` (approximate across machines)
+    stored_at: float = 0.0
 
 
 Handler = Callable[[M, Delivery], Awaitable[None]]
@@ -274,6 +277,7 @@ class Consumer(Generic[M]):
             message_id=headers.get(HEADER_MSG_ID) or message.message_id(),
             stream_seq=meta.sequence.stream,
             num_delivered=meta.num_delivered,
+            stored_at=meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
         )
         ctx = extract_context(headers)
         with self.tracer.start_as_current_span(

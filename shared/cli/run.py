@@ -250,17 +250,18 @@ async def _store_counts(database_url: str, cluster: str) -> tuple[int, int]:
 
 
 def _wait_for_store(
-    stack: LocalStack, database_url: str, cluster: str, outcomes: int, timeout_s: float
+    stack: LocalStack, database_url: str, cluster: str, outcomes: int, decisions: int, timeout_s: float
 ) -> str:
-    """Wait (bounded) until the placer has stored every outcome; a line saying what the store holds."""
+    """Wait (bounded) until the placer's recorders have stored every outcome and decision; a line
+    saying what the store holds."""
     deadline = time.monotonic() + timeout_s
-    with console.status("waiting for the store to record the outcomes"):
+    with console.status("waiting for the store to record the decisions and outcomes"):
         while True:
             try:
                 decided, recorded = asyncio.run(_store_counts(database_url, cluster))
             except Exception as err:
                 return f"could not read the store: {type(err).__name__}: {err}"
-            if recorded >= outcomes or time.monotonic() > deadline:
+            if (recorded >= outcomes and decided >= decisions) or time.monotonic() > deadline:
                 break
             stack.check_alive()
             time.sleep(0.5)
@@ -386,7 +387,9 @@ def _drive(
     env = _service_env(options, bus.nats_url, database_url, bus.subject_root)
     _start_services(stack, env, ready_timeout)
     run = _replay(bus, settings, work, stack)
-    stored = _wait_for_store(stack, database_url, options.cluster_name, run.stats.outcomes, 30.0)
+    stored = _wait_for_store(
+        stack, database_url, options.cluster_name, run.stats.outcomes, run.stats.decisions_applied, 60.0
+    )
     with console.status("stopping the pipeline"):
         stack.stop()
     cmp = compare_with_base(run, work, sim_config(settings))

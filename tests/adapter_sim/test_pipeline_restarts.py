@@ -135,16 +135,20 @@ def test_services_killed_and_restarted_mid_run_lose_and_duplicate_nothing(
         finally:
             stop.set()
             thread.join(60)
-        time.sleep(3)  # the placer records the last outcomes after the replay returns
         placements = asyncio.run(_placements_on_stream(nats_url, root))
-        per_corr, outcome_jobs = asyncio.run(_db_rows(fresh_postgres_url))
+        ranked = {d.correlation_id for d in placements if d.placements}  # an empty decision stores no row
+        deadline = time.monotonic() + 60  # the recorders may still be writing the last rows
+        while True:
+            per_corr, outcome_jobs = asyncio.run(_db_rows(fresh_postgres_url))
+            if (set(per_corr) >= ranked and len(outcome_jobs) >= JOBS) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     finally:
         stack.stop()
 
     assert killed == ["featurizer", "prioritizer", "placer"], f"only killed {killed} (cycles {cycles[0]})"
     corr_on_stream = [d.correlation_id for d in placements]
     assert len(corr_on_stream) == len(set(corr_on_stream)), "a decision was published twice"
-    ranked = {d.correlation_id for d in placements if d.placements}  # an empty decision stores no row
     assert set(per_corr) == ranked, "decisions on the bus and in the database differ"
     for d in placements:
         assert per_corr.get(d.correlation_id, 0) == len(d.placements), d.correlation_id

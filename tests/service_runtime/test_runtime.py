@@ -23,6 +23,7 @@ import pytest_asyncio
 from shared.bus import BusSettings, Delivery
 from shared.schemas import DeadLetter, FeatureMatrix, ModelVersion, QueueSnapshot, decode
 from shared.service import Route, ServiceContext, ServiceDefinition, ServiceRuntime, ServiceSettings, Wiring
+from shared.service.latency import queue_wait_ms, with_wait
 from shared.store.settings import StoreSettings
 from tests.bus.bus_helpers import read_all
 from tests.conftest_services import Bus
@@ -47,6 +48,7 @@ class Behaviour:
     delay_s: float = 0.0
     reject_cluster: str | None = None
     seen: list[str] = field(default_factory=list)
+    stored_at: list[float] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -60,7 +62,8 @@ def definition(b: Behaviour, needs_store: bool = False) -> ServiceDefinition:
             if b.delay_s:
                 await asyncio.sleep(b.delay_s)
             b.seen.append(snap.correlation_id)
-            return features(snap)
+            b.stored_at.append(_d.stored_at)
+            return with_wait(features(snap), "stand_in", queue_wait_ms(_d))
 
         async def on_model(m: ModelVersion, _d: Delivery) -> None:
             b.models.append(m.version)
@@ -152,12 +155,18 @@ async def test_health_ready_and_metrics_count_handled_messages(
         assert ready.status_code == 200, ready.text
         assert ready.json() == {"ready": True, "service": "stand-in", "replica": "r1", "problems": []}
         snaps = [snapshot(cluster=f"k{i}", correlation_id=f"c{i}") for i in range(3)]
+        sent_at = time.time()
         for s in snaps:
             await bus.publisher.publish(s)
         await wait_until(lambda: len(b.seen) == 3)
         out = await read_all(bus.js, bus.subjects.all_clusters("features"), expected=3)
-        got = sorted(decode(FeatureMatrix, p).correlation_id for p in out)
-        assert got == ["c0", "c1", "c2"]
+        matrices = [decode(FeatureMatrix, p) for p in out]
+        assert sorted(m.correlation_id for m in matrices) == ["c0", "c1", "c2"]
+        # JetStream's store time: after we started publishing, before we read the outputs
+        assert all(sent_at - 1.0 <= t <= time.time() for t in b.stored_at), (sent_at, b.stored_at)
+        waits = [m.latencies_ms["stand_in_wait"] for m in matrices]
+        assert all(0 <= w <= (time.time() - sent_at + 1.0) * 1000 for w in waits), waits
+        assert all(m.latencies_ms["featurizer"] == 0.8 for m in matrices)  # earlier latencies kept
         text = (await client.get(f"{r.url}/metrics")).text
     assert 'hylo_messages_total{outcome="handled",route="stand-in",service="stand-in"} 3.0' in text
     assert 'hylo_handle_seconds_count{route="stand-in",service="stand-in"} 3.0' in text
