@@ -19,28 +19,18 @@ flight keeps the model it started with while the next one sees the new model.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import torch
 
 from shared.features import FeatureConfig, FeatureSampler, FeatureSchema, SamplingConfig
 from shared.model import ActorCritic, CheckpointError, ModelCard
 from shared.model.checkpoint import CARD_FILE, WEIGHTS_FILE
+from shared.model.locate import ModelLoadError, checkpoint_sha256, file_sha256, resolve_checkpoint
 from shared.schemas.messages import ModelVersion
 
 __all__ = ["LoadedModel", "ModelHolder", "ModelLoadError", "checkpoint_sha256", "resolve_checkpoint"]
-
-
-class ModelLoadError(Exception):
-    """A model version that cannot be used; ``reason`` says why (the previous model is kept)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,38 +53,6 @@ class LoadedModel:
     max_queue: int
     sha256: str | None = None
     card: ModelCard | None = None
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def resolve_checkpoint(uri: str) -> Path:
-    """The checkpoint directory an announcement's ``uri`` names; ``ModelLoadError`` if none."""
-    text = uri
-    if "://" in uri:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise ModelLoadError(f"model uri {uri!r}: only local paths (or file://) can be loaded")
-        text = unquote(parsed.path)
-    path = Path(text)
-    if path.is_file() and path.name in (CARD_FILE, WEIGHTS_FILE):
-        path = path.parent
-    if not path.is_dir():
-        what = "is a file, not a checkpoint directory" if path.exists() else "does not exist"
-        raise ModelLoadError(
-            f"model uri {uri!r} {what} (a checkpoint is a directory with {CARD_FILE} and {WEIGHTS_FILE})"
-        )
-    return path
-
-
-def checkpoint_sha256(path: str | Path) -> str:
-    """The sha256 to announce for a checkpoint: that of its ``card.json`` (which pins the weights)."""
-    return _file_sha256(resolve_checkpoint(str(path)) / CARD_FILE)
 
 
 class ModelHolder:
@@ -202,7 +160,7 @@ class ModelHolder:
         for path in (card_path, weights_path):
             if not path.is_file():
                 raise ModelLoadError(f"model {name}: {path} is missing")
-        digests = {_file_sha256(card_path): CARD_FILE, _file_sha256(weights_path): WEIGHTS_FILE}
+        digests = {file_sha256(card_path): CARD_FILE, file_sha256(weights_path): WEIGHTS_FILE}
         if version.sha256 not in digests:
             raise ModelLoadError(
                 f"model {name}: sha256 {version.sha256} matches neither {card_path} nor {weights_path}; "

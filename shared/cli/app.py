@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shared.cli.evaluate import evaluate_command
+from shared.cli.models import models_app
 from shared.cli.run import run_command, up_command
 from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
@@ -23,6 +24,7 @@ app.command("simulate")(simulate_command)
 app.command("train")(train_command)
 app.command("evaluate")(evaluate_command)
 app.command("serve")(serve_command)
+app.add_typer(models_app, name="models")
 
 
 @app.callback()

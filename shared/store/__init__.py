@@ -7,15 +7,17 @@ Why SQL: analysts join decisions to outcomes with the tools they have (psql, sql
 
 from shared.store.engine import create_engine
 from shared.store.migrate import current_revision, downgrade, head_revision, upgrade, upgrade_url
-from shared.store.models import Base, Cluster, Decision, Job, ModelVersionRow, Outcome
+from shared.store.models import Base, Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome
 from shared.store.settings import StoreSettings
 from shared.store.writes import (
     ensure_cluster,
     insert_or_ignore,
     record_decision,
     record_jobs,
+    record_model_event,
     record_model_version,
     record_outcome,
+    update_model_version,
 )
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "Cluster",
     "Decision",
     "Job",
+    "ModelVersionEvent",
     "ModelVersionRow",
     "Outcome",
     "StoreSettings",
@@ -34,8 +37,10 @@ __all__ = [
     "insert_or_ignore",
     "record_decision",
     "record_jobs",
+    "record_model_event",
     "record_model_version",
     "record_outcome",
+    "update_model_version",
     "upgrade",
     "upgrade_url",
 ]

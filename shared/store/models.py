@@ -1,4 +1,4 @@
-"""ORM models: clusters, jobs, decisions, outcomes, model versions.
+"""ORM models: clusters, jobs, decisions, outcomes, model versions and their history.
 
 Why these unique keys: they make every write idempotent. A decision is one job's line in the decision
 for one snapshot, so (correlation_id, job_id) identifies it; a job finishes once, so (cluster, job_id)
@@ -130,3 +130,43 @@ class ModelVersionRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     promoted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the model registry's bookkeeping (migration 0002); NULL on rows only recorded from announcements
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    reason: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    promoted_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    forced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+#: what ``model_version_events.event`` may say (see ``shared.registry``)
+MODEL_EVENTS = ("registered", "gate-passed", "gate-refused", "promoted", "retired", "rolled-back")
+
+
+class ModelVersionEvent(Base):
+    """One state change of a model version (or one gate verdict), with who did it and when.
+
+    ``model_versions`` holds the latest state; this table is its history, appended by the model
+    registry (``shared.registry``) in the same transaction as the change it records.
+    """
+
+    __tablename__ = "model_version_events"
+    __table_args__ = (
+        CheckConstraint(
+            "event IN (" + ", ".join(f"'{e}'" for e in MODEL_EVENTS) + ")",
+            name="ck_model_version_events_event",
+        ),
+        Index("ix_model_version_events_version", "version"),
+        Index("ix_model_version_events_cluster_at", "cluster", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    version: Mapped[str] = mapped_column(String(64), ForeignKey("model_versions.version"))
+    cluster: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    event: Mapped[str] = mapped_column(String(16))
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(128))
+    forced: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

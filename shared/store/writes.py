@@ -9,7 +9,8 @@ inserted through RETURNING, so callers learn whether the message was new.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, update
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision
 from shared.schemas.snapshot import QueueSnapshot
-from shared.store.models import Cluster, Decision, Job, ModelVersionRow, Outcome
+from shared.store.models import Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome
 
 CHUNK = 500  # rows per statement: stays under SQLite's bound-parameter limit
 
@@ -145,3 +146,46 @@ async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bo
             .values(status=model.status, promoted_at=model.promoted_at)
         )
     return new
+
+
+async def update_model_version(conn: AsyncConnection, version: str, values: Mapping[str, Any]) -> bool:
+    """Set columns of one model version (the registry's state changes); True if the version exists.
+
+    Not insert-or-ignore: a state change is not a redelivered message but a decision made once, under
+    the registry's lock, and recorded with its event (``record_model_event``) in the same transaction.
+    """
+    table = _table(ModelVersionRow)
+    result = await conn.execute(update(table).where(table.c.version == version).values(**dict(values)))
+    return bool(result.rowcount)
+
+
+async def record_model_event(
+    conn: AsyncConnection,
+    *,
+    version: str,
+    cluster: str | None,
+    event: str,
+    from_status: str | None,
+    to_status: str,
+    actor: str,
+    at: datetime,
+    forced: bool = False,
+    reason: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> int:
+    """Append one entry to a model version's history; returns its id (the order of events)."""
+    table = _table(ModelVersionEvent)
+    row = {
+        "version": version,
+        "cluster": cluster,
+        "event": event,
+        "from_status": from_status,
+        "to_status": to_status,
+        "actor": actor,
+        "forced": forced,
+        "reason": reason,
+        "detail": dict(detail) if detail is not None else None,
+        "at": at,
+    }
+    result = await conn.execute(table.insert().values(row).returning(table.c.id))
+    return int(result.scalar_one())
