@@ -43,6 +43,9 @@ def evaluate_command(
         typer.Option(help="chronological split; windows come from after it (default: as trained)"),
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="embedded workload size (default: as trained)")] = None,
+    load: Annotated[
+        float | None, typer.Option(help="rescale arrivals to this offered load (default: as trained)")
+    ] = None,
     overlap: Annotated[bool, typer.Option(help="allow overlapping held-out windows (tiny traces)")] = False,
     untrained: Annotated[
         bool, typer.Option(help="control: the trainer's initial model (card's seed) instead of the weights")
@@ -88,6 +91,9 @@ def evaluate_command(
         sampling=schema.sampling.mode,
         seed=info.seed,  # the workload (embedded jobs, estimate noise) as trained; --seed picks windows
         n_jobs=jobs or (n_default if isinstance(n_default := extra.get("jobs"), int) else 20_000),
+        target_load=load
+        if load is not None
+        else (tl if isinstance(tl := extra.get("load"), float) else None),
     )
     trace_name = trace or (None if info.trace == "embedded" else info.trace)
     from shared.traces import TraceFormatError, TraceNotFoundError

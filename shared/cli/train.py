@@ -76,6 +76,10 @@ def train_command(
         float, typer.Option(help="chronological split: share of jobs for training")
     ] = 0.9,
     jobs: Annotated[int, typer.Option(help="jobs of the embedded workload (without --trace)")] = 20_000,
+    load: Annotated[
+        float | None,
+        typer.Option(help="rescale arrival times to this offered load (as hylo simulate --load)"),
+    ] = None,
     max_minutes: Annotated[float | None, typer.Option(help="stop after this many minutes")] = None,
     out: Annotated[
         Path, typer.Option(help="output folder: checkpoint/, train_log.csv/json, training_curve.png")
@@ -101,7 +105,9 @@ def train_command(
         )
     except ValueError as err:
         raise fail(str(err)) from None
-    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs)
+    if load is not None and load <= 0:
+        raise fail(f"--load must be > 0, got {load}")
+    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load)
     from shared.traces import TraceFormatError, TraceNotFoundError
 
     t0 = time.perf_counter()
@@ -190,6 +196,7 @@ def train_command(
             "window_size": window_size,
             "train_fraction": train_fraction,
             "jobs": jobs,
+            "load": load,
             "cluster_arg": cluster,
             "ppo": ppo.model_dump(mode="json"),
             "wall_seconds": result.wall_seconds,

@@ -43,6 +43,7 @@ class RunSetup:
     sampling: str = "state"
     seed: int = 0
     n_jobs: int = 20_000  # the embedded workload's size (traces ignore it)
+    target_load: float | None = None  # rescale arrivals to this offered load (None: as generated)
 
     def sim_config(self) -> SimConfig:
         if self.paper:
@@ -64,7 +65,14 @@ def load_runner(
     trace: str | None, cluster: str | None, setup: RunSetup
 ) -> tuple[PreparedWorkload, EpisodeRunner]:
     """Load and bind the trace, and the episode runner over it."""
-    work = prepare_workload(trace, cluster, n_jobs=setup.n_jobs, seed=setup.seed, estimates=setup.estimates)
+    work = prepare_workload(
+        trace,
+        cluster,
+        n_jobs=setup.n_jobs,
+        seed=setup.seed,
+        estimates=setup.estimates,
+        target_load=setup.target_load,
+    )
     return work, EpisodeRunner(work.bound, setup.episode_settings(), work.excluded_count)
 
 

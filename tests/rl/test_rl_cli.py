@@ -20,6 +20,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train")
     args = ["train", "--jobs", "1500", "--epochs", "1", "--windows-per-epoch", "2", "--window-size", "48"]
     args += ["--warmup", "16", "--validation-windows", "1", "--test-windows", "1", "--metric", "wait"]
+    args += ["--load", "0.9"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
@@ -29,6 +30,7 @@ def test_train_writes_checkpoint_log_and_curve(trained: Path) -> None:
     card = json.loads((trained / "checkpoint" / "card.json").read_text())
     assert card["training"]["base_policy"] == "fcfs" and card["training"]["metric"] == "wait"
     assert card["training"]["held_out"]["windows"] == 1
+    assert card["training"]["extra"]["load"] == 0.9  # evaluate replays the same arrivals
     assert len(card["features"]["schema_hash"]) == 64
     log = json.loads((trained / "train_log.json").read_text())
     assert [row["epoch"] for row in log["history"]] == [0, 1]
@@ -74,3 +76,13 @@ def test_evaluate_refuses_a_checkpoint_with_another_feature_schema(trained: Path
     assert result.exit_code == 2
     assert "feature schema" in result.output and older.hash in result.output
     assert "horizon_s" in result.output  # the difference is named
+
+
+def test_load_rescales_the_training_workload() -> None:
+    from shared.rl.setup import RunSetup, load_runner
+
+    natural, _ = load_runner(None, None, RunSetup(n_jobs=1500))
+    loaded, _ = load_runner(None, None, RunSetup(n_jobs=1500, target_load=0.9))
+    span = lambda w: float(w.bound.jobs.submit.max() - w.bound.jobs.submit.min())  # noqa: E731
+    assert len(loaded.bound.jobs) == len(natural.bound.jobs)
+    assert span(loaded) != span(natural)  # arrivals moved to offer load 0.9
