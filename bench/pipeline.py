@@ -152,7 +152,7 @@ def snapshot_of(
     sequence: int,
     offset: int,
 ) -> QueueSnapshot:
-    builder, state, allocs, row, _ = src
+    builder, state, allocs, _row, _ = src
     waiting = np.setdiff1d(np.arange(len(builder.workload.jobs)), np.fromiter(allocs, dtype=np.int64))
     queued = np.sort(waiting[(offset + np.arange(size)) % len(waiting)])
     snap, _ = builder.build(

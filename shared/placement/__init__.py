@@ -7,11 +7,19 @@ and objective terms. The caller's ``ClusterState`` is not modified; take the all
 
 from shared.placement.placer import CpSatPlacer, requests_from_arrays
 from shared.placement.settings import PlacerSettings, TierWeights
-from shared.placement.types import BatchPlacement, JobDecision, JobRequest, ObjectiveTerms, SolveStatus
+from shared.placement.types import (
+    BatchPlacement,
+    GroupCost,
+    JobDecision,
+    JobRequest,
+    ObjectiveTerms,
+    SolveStatus,
+)
 
 __all__ = [
     "BatchPlacement",
     "CpSatPlacer",
+    "GroupCost",
     "JobDecision",
     "JobRequest",
     "ObjectiveTerms",

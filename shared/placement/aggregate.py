@@ -16,7 +16,7 @@ model's k-th slot of a class decodes to the class's k-th lowest node id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,9 +24,11 @@ import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement.types import JobRequest
+from shared.sim.placement import Caps
 from shared.sim.state import I64, ClusterState, GroupState
 
 BIG = 1 << 40
+NO_CAP = BIG  # a node's cap when no reservation limits it
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,37 @@ class NodeClass:
     partial: tuple[int, ...]  # free milli-GPUs of the partially used GPUs, ascending
     nodes: list[int]  # node ids, ascending
     tracked: bool  # the group tracks per-GPU shares
+    # reservation caps (EASY backfill) on what capped jobs together may take per node, clamped
+    # like the free values; BIG where the node is not reserved
+    cap_whole: int = NO_CAP
+    cap_cpu: int = NO_CAP
+    cap_mem: int = NO_CAP
+    frac_blocked: bool = False  # a capped share job may not use the node
+
+    @property
+    def capped(self) -> bool:
+        """Some cap binds on this class's nodes."""
+        return self.frac_blocked or min(self.cap_whole, self.cap_cpu, self.cap_mem) < NO_CAP
+
+    def fits_capped(self, job: JobRequest) -> bool:
+        """A capped single-node job fits alone within the caps (and the free resources)."""
+        if job.fractional:
+            return not self.frac_blocked and self.fits(job)
+        return (
+            self.fits(job)
+            and self.cap_whole >= job.gpus
+            and self.cap_cpu >= job.cpus_milli
+            and self.cap_mem >= job.mem_mib
+        )
+
+    def usable_capped(self, job: JobRequest) -> int:
+        """``usable`` for a capped gang: its GPUs here within the caps too."""
+        u = min(self.usable(job), self.cap_whole)
+        if job.cpus_milli:
+            u = min(u, self.cap_cpu * job.gpus // job.cpus_milli)
+        if job.mem_mib:
+            u = min(u, self.cap_mem * job.gpus // job.mem_mib)
+        return u
 
     @property
     def count(self) -> int:
@@ -194,6 +227,7 @@ class GroupTable:
     node_class: dict[int, int]  # node id -> class (relevant nodes only)
     cache: dict[int, NodeClass]
     _max_share: I64 | None = None
+    caps: I64 | None = None  # (classes, 4): capped whole, CPUs, memory, shares blocked (0/1)
 
     @property
     def first(self) -> I64:
@@ -266,6 +300,9 @@ class GroupTable:
                 nodes=[int(i) for i in self.members[self.bounds[c] : self.bounds[c + 1]]],
                 tracked=self.gs.gfree is not None,
             )
+            if self.caps is not None:
+                cw, cc, cm, fb = (int(v) for v in self.caps[c])
+                cls.cap_whole, cls.cap_cpu, cls.cap_mem, cls.frac_blocked = cw, cc, cm, bool(fb)
             self.cache[c] = cls
         return cls
 
@@ -276,6 +313,7 @@ def group_table(
     lookahead: Sequence[JobRequest],
     node_slack: int,
     fits: list[bool] | None = None,
+    caps: Caps | None = None,
 ) -> GroupTable | None:
     """The classes of the nodes of ``gs`` that some job of ``batch`` (all eligible here) can use.
 
@@ -315,6 +353,17 @@ def group_table(
     mem_bound = mem_use + max([mem_top, *(j.mem_mib for j in lookahead)])
     cpu_free, mem_free = gs.cpu[idx], gs.mem[idx]
     cols = [whole, np.minimum(cpu_free, cpu_bound), np.minimum(mem_free, mem_bound)]
+    n_base = len(cols)
+    if caps is not None:
+        # reservation caps: clamped like the free values (a cap above them never binds)
+        cols.extend(
+            [
+                np.minimum(np.minimum(caps.whole[idx], whole), BIG),
+                np.minimum(np.minimum(caps.cpu[idx], cpu_bound), BIG),
+                np.minimum(np.minimum(caps.mem[idx], mem_bound), BIG),
+                caps.frac_blocked[idx].astype(np.int64),
+            ]
+        )
     if gs.gfree is not None:
         # partially used GPUs only (free strictly between 0 and a whole GPU), sorted per node;
         # fully free ones are counted in ``whole`` and fully used ones are irrelevant
@@ -327,6 +376,13 @@ def group_table(
     inverse = inverse.reshape(-1)
     order = np.argsort(inverse, kind="stable")  # nodes by class, ascending id inside a class
     bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1)).astype(np.int64)
+    n_caps = 4 if caps is not None else 0
+    cap_cols = uniq[:, n_base : n_base + n_caps].copy() if caps is not None else None
+    if cap_cols is not None:
+        # a cap that equals the clamped free value binds no more than the free value itself
+        for k, col in enumerate((0, 1, 2)):
+            free_col = uniq[:, col]
+            cap_cols[:, k] = np.where(cap_cols[:, k] >= free_col, NO_CAP, cap_cols[:, k])
     return GroupTable(
         gs=gs,
         whole=uniq[:, 0].copy(),
@@ -334,7 +390,8 @@ def group_table(
         mem=uniq[:, 2].copy(),
         cpu_slack=cpu_free[first] >= cpu_bound[first],
         mem_slack=mem_free[first] >= mem_bound[first],
-        partial=uniq[:, 3:].copy(),
+        partial=uniq[:, n_base + n_caps :].copy(),
+        caps=cap_cols,
         members=idx[order].astype(np.int64),
         bounds=bounds,
         node_class=dict(zip(idx.tolist(), inverse.tolist(), strict=True)),
@@ -377,6 +434,7 @@ def aggregate(
     batch: Sequence[JobRequest],
     lookahead: Sequence[JobRequest],
     node_slack: int,
+    caps: Mapping[int, Caps] | None = None,
 ) -> tuple[dict[int, GroupTable], list[tuple[int, ...]]]:
     """Class tables of the groups some job of the batch fits in, and each job's such groups.
 
@@ -393,7 +451,9 @@ def aggregate(
         rows = here[g]
         fits = [False] * len(rows)
         ahead = [j for j in lookahead if g in j.groups]
-        table = group_table(state.groups[g], [batch[j] for j in rows], ahead, node_slack, fits)
+        table = group_table(
+            state.groups[g], [batch[j] for j in rows], ahead, node_slack, fits, caps.get(g) if caps else None
+        )
         if table is not None:
             tables[g] = table
         for j, ok in zip(rows, fits, strict=True):

@@ -21,17 +21,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.placement.aggregate import GroupTable, JobShape, NodeClass, cpu_share, job_shape, mem_share
+from shared.placement.aggregate import (
+    NO_CAP,
+    GroupTable,
+    JobShape,
+    NodeClass,
+    cpu_share,
+    job_shape,
+    mem_share,
+)
 from shared.placement.builder import ModelBuilder, neg
 from shared.placement.settings import PlacerSettings
 from shared.placement.slots import BIG, Cond, JobVars, LinSum, Pair, Slot
 from shared.placement.symmetry import first_use_labels, order_identical, request_key
-from shared.placement.types import JobRequest
+from shared.placement.types import GroupCost, JobRequest
 from shared.sim.state import Alloc, ClusterState
 
 
@@ -46,6 +54,7 @@ class PlacementModel:
         tables: dict[int, GroupTable],
         hint: Sequence[Alloc | None],
         settings: PlacerSettings,
+        group_costs: Mapping[int, GroupCost] | None = None,
     ) -> None:
         self.state = state
         self.batch = list(batch)
@@ -61,7 +70,13 @@ class PlacementModel:
         self.ors: list[tuple[int, list[int]]] = []  # literal => OR of literals
         # tier (a): per (job, slot), the resource shortages of which one must hold if the job waits
         self.checks: list[tuple[int, list[list[Cond]]]] = []
-        self.obj: dict[str, list[tuple[int, int]]] = {"b": [], "c": [], "d": [], "e": []}
+        self.obj: dict[str, list[tuple[int, int]]] = {"b": [], "c": [], "t": [], "d": [], "e": []}
+        # tier (t): integer cost of job j in group g (empty without group costs)
+        self.cost: dict[tuple[int, int], int] = (
+            _integer_costs(self.batch, group_costs, settings.cost_levels)
+            if group_costs and settings.weights.type_reserve
+            else {}
+        )
         self.hint_labels: dict[tuple[int, int], int] = {}  # (group, node) -> slot label
         self._shapes: dict[tuple[int, int], JobShape | None] = {}
         self._orderable: dict[int, bool] = {}
@@ -123,12 +138,17 @@ class PlacementModel:
                 continue
             mask = table.fit_mask(job)
             if mask.any():
-                single.extend((score, g, c) for score, c in table.fit_order(job, mask, max(1, m - 1)))
+                cost = float(self.cost.get((j, g), 0))
+                single.extend(
+                    ((cost, *score), g, c) for score, c in table.fit_order(job, mask, max(1, m - 1))
+                )
         if single:
+            # with group costs (tier t) the cheapest groups come first, best-fit order inside them
             single.sort()
             take = single[: max(1, m - 1)]
-            if len(single) > len(take):
-                take.append(single[-1])  # the loosest class: lets the model spread or keep room
+            loosest = max(single, key=lambda e: (e[0][1:], e[1], e[2]))
+            if loosest not in take:
+                take.append(loosest)  # the loosest class: lets the model spread or keep room
             chosen.extend(self.class_index(g, c) for _, g, c in take)
         return chosen
 
@@ -182,9 +202,14 @@ class PlacementModel:
         jv = self.jobs[j]
         slots: list[tuple[Slot, bool]] = []
         for ci in cands:
-            shape = self.shape(j, self.classes[ci].group)
+            cls = self.classes[ci]
+            shape = self.shape(j, cls.group)
             assert shape is not None
             self._opened[ci] = self._opened.get(ci, 0) + shape.max_nodes
+            if self.capped(j, cls) and (
+                cls.usable_capped(job) <= 0 if shape.gang else not cls.fits_capped(job)
+            ):
+                continue  # the reservation's caps leave this job no room on these nodes
             slots.extend(
                 (self._slot(ci, k), shape.gang) for k in range(min(self._opened[ci], self.n_slots[ci]))
             )
@@ -194,9 +219,10 @@ class PlacementModel:
         for s, is_gang in slots:
             if is_gang:
                 if not (s.gpu.vs or s.cpu.vs or s.mem.vs):
-                    free_for_gang.setdefault(s.group, []).append(s.cls.usable(job))
+                    u = s.cls.usable_capped(job) if self.capped(j, s.cls) else s.cls.usable(job)
+                    free_for_gang.setdefault(s.group, []).append(u)
             else:
-                checks.append(self._shortages(job, s))
+                checks.append(self._shortages(job, s, self.capped(j, s.cls)))
         # a job that is a gang in some group uses gang pairs everywhere (a single-node group is
         # then a gang of at most one node)
         for s, _ in slots:
@@ -222,17 +248,26 @@ class PlacementModel:
         for alts in checks:
             self._post_check(j, jv.start, alts)
 
-    def _shortages(self, job: JobRequest, s: Slot) -> list[list[Cond]]:
+    def _shortages(self, job: JobRequest, s: Slot, capped: bool = False) -> list[list[Cond]]:
         """Ways in which ``job`` does not fit on ``s`` after the higher-ranked usage so far.
 
         Each item is a list of conditions that together mean "short"; an empty result means the
-        job fits there whatever the higher-ranked jobs do.
+        job fits there whatever the higher-ranked jobs do. A ``capped`` job is also short when
+        the higher-ranked capped jobs leave it too little of a reservation's caps.
         """
         c = s.cls
         out: list[list[Cond]] = []
         for total, free, need in ((s.cpu, c.cpu, job.cpus_milli), (s.mem, c.mem, job.mem_mib)):
             if need and total.top >= free - need + 1:
                 out.append([total.at_least(free - need + 1)])
+        if capped and not job.fractional:
+            for total, cap, need in (
+                (s.cap_gpu, c.cap_whole, job.gpus),
+                (s.cap_cpu, c.cap_cpu, job.cpus_milli),
+                (s.cap_mem, c.cap_mem, job.mem_mib),
+            ):
+                if need and cap < NO_CAP and total.top >= cap - need + 1:
+                    out.append([total.at_least(cap - need + 1)])
         if job.gpus == 0:
             return out
         if not job.fractional:
@@ -303,6 +338,10 @@ class PlacementModel:
             lits.append(lit)
         self.b.bool_or([start, *lits])
 
+    def capped(self, j: int, cls: NodeClass) -> bool:
+        """Job j must respect a reservation's caps on this class's nodes."""
+        return cls.capped and cls.group in self.batch[j].capped
+
     def _pair(self, j: int, job: JobRequest, s: Slot) -> Pair | None:
         if job.fractional:
             return self._frac_pair(j, job, s)
@@ -315,12 +354,22 @@ class PlacementModel:
             s.cpu.add(y, job.cpus_milli, 1)
         if job.mem_mib and not c.mem_slack:
             s.mem.add(y, job.mem_mib, 1)
+        if self.capped(j, c):
+            for total, need, cap in (
+                (s.cap_gpu, job.gpus, c.cap_whole),
+                (s.cap_cpu, job.cpus_milli, c.cap_cpu),
+                (s.cap_mem, job.mem_mib, c.cap_mem),
+            ):
+                if need and cap < NO_CAP:
+                    total.add(y, need, 1)
+        self._charge(j, s.group, y)
         return Pair(j, s, y=y)
 
     def _gang_pair(self, j: int, job: JobRequest, s: Slot) -> Pair | None:
         b = self.b
         c = s.cls
-        cap = c.usable(job)
+        capped = self.capped(j, c)
+        cap = c.usable_capped(job) if capped else c.usable(job)
         if cap <= 0:
             return None
         p = Pair(j, s, y=b.bool_var(), x=b.int_var(0, cap))
@@ -329,14 +378,23 @@ class PlacementModel:
         s.gpu.add(p.x, 1, cap)
         s.whole_use.add(p.x, 1, cap)
         g = job.gpus
-        if job.cpus_milli and not c.cpu_slack:
+        if job.cpus_milli and (not c.cpu_slack or (capped and c.cap_cpu < NO_CAP)):
             p.cpu = b.int_var(0, cpu_share(job, cap))
             b.linear([p.cpu, p.x], [g, -job.cpus_milli], lo=0, hi=g - 1)
-            s.cpu.add(p.cpu, 1, cpu_share(job, cap))
-        if job.mem_mib and not c.mem_slack:
+            if not c.cpu_slack:
+                s.cpu.add(p.cpu, 1, cpu_share(job, cap))
+        if job.mem_mib and (not c.mem_slack or (capped and c.cap_mem < NO_CAP)):
             p.mem = b.int_var(0, mem_share(job, cap))
             b.linear([p.mem, p.x], [g, -job.mem_mib], lo=0, hi=g - 1)
-            s.mem.add(p.mem, 1, mem_share(job, cap))
+            if not c.mem_slack:
+                s.mem.add(p.mem, 1, mem_share(job, cap))
+        if capped:
+            if c.cap_whole < NO_CAP:
+                s.cap_gpu.add(p.x, 1, cap)
+            if p.cpu >= 0 and c.cap_cpu < NO_CAP:
+                s.cap_cpu.add(p.cpu, 1, cpu_share(job, cap))
+            if p.mem >= 0 and c.cap_mem < NO_CAP:
+                s.cap_mem.add(p.mem, 1, mem_share(job, cap))
         return p
 
     def _frac_pair(self, j: int, job: JobRequest, s: Slot) -> Pair | None:
@@ -363,6 +421,7 @@ class PlacementModel:
         if not p.bins:
             return None
         for _, _, f in p.bins:
+            self._charge(j, s.group, f)
             if job.cpus_milli and not c.cpu_slack:
                 s.cpu.add(f, job.cpus_milli, 1)
             if job.mem_mib and not c.mem_slack:
@@ -394,6 +453,13 @@ class PlacementModel:
             for y in ys:
                 self.obj["c"].append((y, -1))
             self.obj["c"].append((z, shape.min_nodes))
+            self._charge(j, g, z)
+
+    def _charge(self, j: int, group: int, lit: int) -> None:
+        """Tier (t): ``lit`` (job j runs in ``group`` this way) costs the job's cost there."""
+        cost = self.cost.get((j, group), 0)
+        if cost:
+            self.obj["t"].append((lit, -cost))
 
     # -- capacity ---------------------------------------------------------------------------------
     def _capacity(self) -> None:
@@ -404,6 +470,10 @@ class PlacementModel:
                 if total.top > cap:
                     b.linear(total.vs, total.cs, hi=cap)
             for total, cap in zip(s.partial, c.partial, strict=True):
+                if total.top > cap:
+                    b.linear(total.vs, total.cs, hi=cap)
+            # reservation caps: what the capped jobs together take stays within them
+            for total, cap in ((s.cap_gpu, c.cap_whole), (s.cap_cpu, c.cap_cpu), (s.cap_mem, c.cap_mem)):
                 if total.top > cap:
                     b.linear(total.vs, total.cs, hi=cap)
             for o, use in zip(s.fresh, s.fresh_use, strict=True):
@@ -420,3 +490,23 @@ class PlacementModel:
             )
             self._orderable[j] = ok
         return ok
+
+
+def _integer_costs(
+    batch: Sequence[JobRequest], costs: Mapping[int, GroupCost], levels: int
+) -> dict[tuple[int, int], int]:
+    """Tier (t)'s coefficient of job j in group g: its cost scaled so the largest is ``levels``.
+
+    A group without a price costs 0. Rounding keeps ties between groups of (nearly) equal price,
+    so best-fit order and the lower tiers decide among them. A job whose groups all cost the same
+    (one eligible group, say) gets no term: a constant changes no decision, only the solve.
+    """
+    raw: dict[tuple[int, int], float] = {}
+    for j, job in enumerate(batch):
+        mine = [costs[g].cost(job) if g in costs else 0.0 for g in job.groups]
+        if len(set(mine)) > 1:
+            raw.update(((j, g), v) for g, v in zip(job.groups, mine, strict=True) if v > 0)
+    top = max(raw.values(), default=0.0)
+    if top <= 0:
+        return {}
+    return {key: round(levels * v / top) for key, v in raw.items() if round(levels * v / top) > 0}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement.aggregate import GroupTable, aggregate, job_shape
@@ -25,8 +25,16 @@ from shared.placement.model import PlacementModel
 from shared.placement.settings import PlacerSettings
 from shared.placement.symmetry import canonical_hint
 from shared.placement.tiers import add_fragmentation, add_lookahead, set_objective
-from shared.placement.types import BatchPlacement, JobDecision, JobRequest, ObjectiveTerms, SolveStatus
+from shared.placement.types import (
+    BatchPlacement,
+    GroupCost,
+    JobDecision,
+    JobRequest,
+    ObjectiveTerms,
+    SolveStatus,
+)
 from shared.placement.warmstart import best_fit_batch
+from shared.sim.placement import Caps
 from shared.sim.state import Alloc, ClusterState
 
 SAFETY_NET_S = 1.0  # wall-clock limit in reproducible mode
@@ -41,6 +49,7 @@ def build_model(
     hint: list[Alloc | None],
     settings: PlacerSettings,
     tables: dict[int, GroupTable] | None = None,
+    group_costs: Mapping[int, GroupCost] | None = None,
 ) -> tuple[PlacementModel, list[int]]:
     """The full model of a batch (all tiers) and the warm start as a complete hint.
 
@@ -49,7 +58,7 @@ def build_model(
     """
     if tables is None:
         tables, _ = aggregate(state, batch, ahead, settings.node_slack)
-    model = PlacementModel(state, batch, ahead, tables, hint, settings)
+    model = PlacementModel(state, batch, ahead, tables, hint, settings, group_costs)
     if settings.weights.fragmentation:
         add_fragmentation(model)
     if settings.weights.lookahead:
@@ -73,22 +82,28 @@ class CpSatPlacer:
         state: ClusterState,
         ranked: Sequence[JobRequest],
         lookahead: Sequence[JobRequest] | None = None,
+        group_costs: Mapping[int, GroupCost] | None = None,
+        caps: Mapping[int, Caps] | None = None,
     ) -> BatchPlacement:
         """Decisions for ``ranked[:K]`` on ``state`` (not modified).
 
         ``lookahead`` are the next jobs whose room the placement should keep; by default the
-        ``settings.lookahead`` jobs after the top K of ``ranked``.
+        ``settings.lookahead`` jobs after the top K of ``ranked``. ``group_costs`` prices node
+        groups for tier (t) (keep the types that waiting jobs need for them); without it the
+        tier is absent and decisions are those of the five-tier model. ``caps`` are the EASY
+        reservation caps per group (not modified): a job respects those of its ``capped``
+        groups, so every decision is one the simulator's backfill admits.
         """
         t0 = time.perf_counter()
         cfg = self.settings
         batch = list(ranked[: cfg.k])
         ahead = list(lookahead if lookahead is not None else ranked[cfg.k : cfg.k + cfg.lookahead])
-        tables, fit_groups = aggregate(state, batch, ahead, cfg.node_slack)
-        hint = best_fit_batch(state, batch, cfg.node_slack, fit_groups)
+        tables, fit_groups = aggregate(state, batch, ahead, cfg.node_slack, caps)
+        hint = best_fit_batch(state, batch, cfg.node_slack, fit_groups, caps)
         if all(a is None for a in hint):
             return self._result(state, batch, hint, SolveStatus.NOTHING_FITS, t0)
         try:
-            model, start = build_model(state, batch, ahead, hint, cfg, tables)
+            model, start = build_model(state, batch, ahead, hint, cfg, tables, group_costs)
         except HintError:
             return self._result(state, batch, hint, SolveStatus.ERROR_FALLBACK, t0)
         left = cfg.time_limit_ms / 1000 - (time.perf_counter() - t0) - FINISH_S
@@ -143,6 +158,7 @@ class CpSatPlacer:
                 extra_nodes=terms.extra_nodes,
                 fragmented_nodes=terms.fragmented_nodes,
                 lookahead_fits=ev["e"],
+                type_cost=-ev["t"],
             )
         return BatchPlacement(
             decisions=decisions,

@@ -20,6 +20,9 @@ class TierWeights(BaseModel):
 
     work: int = Field(default=1, ge=0, le=1, description="(b) priority-weighted started work")
     locality: int = Field(default=1, ge=0, le=1, description="(c) fewest nodes per job")
+    type_reserve: int = Field(
+        default=1, ge=0, le=1, description="(t) cheapest node groups by the caller's group costs"
+    )
     fragmentation: int = Field(default=1, ge=0, le=1, description="(d) nodes neither empty nor full")
     lookahead: int = Field(default=1, ge=0, le=1, description="(e) room kept for the next jobs")
 
@@ -56,6 +59,9 @@ class PlacerSettings(BaseModel):
     )
     work_levels: int = Field(
         default=1000, ge=1, le=1_000_000, description="resolution of tier (b): its largest coefficient"
+    )
+    cost_levels: int = Field(
+        default=100, ge=1, le=10_000, description="resolution of tier (t): its largest coefficient"
     )
     seed: int = Field(default=0, ge=0, description="CP-SAT random_seed")
     strict_rank: bool = Field(

@@ -52,6 +52,9 @@ class Slot:
     fresh: list[int] = field(default_factory=list)  # "fresh bin b is opened" Booleans
     fresh_use: list[LinSum] = field(default_factory=list)  # milli-GPUs per fresh bin
     n_frac: int = 0  # fractional jobs that may use this slot so far
+    cap_gpu: LinSum = field(default_factory=LinSum)  # whole GPUs of the capped jobs (reservations)
+    cap_cpu: LinSum = field(default_factory=LinSum)
+    cap_mem: LinSum = field(default_factory=LinSum)
     empty: int = -1  # Boolean implying: no GPU of the node used after placement
     full: int = -1  # Boolean implying: no whole GPU of the node left
 

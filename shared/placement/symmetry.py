@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def request_key(job: JobRequest) -> tuple[object, ...]:
-    return (job.gpus, job.gpu_milli, job.cpus_milli, job.mem_mib, job.groups)
+    return (job.gpus, job.gpu_milli, job.cpus_milli, job.mem_mib, job.groups, job.capped)
 
 
 def _slot_key(s: Slot) -> tuple[int, int, int]:

@@ -170,9 +170,11 @@ def work_coefficients(batch: Sequence[JobRequest], settings: PlacerSettings) -> 
 def set_objective(m: PlacementModel) -> dict[str, int]:
     """Combine the tiers; each tier's unit outweighs the whole range of every tier below it.
 
-    With ranges R_e, R_d, R_c of tiers (e), (d), (c): w_e = 1, w_d = R_e + 1,
-    w_c = w_d R_d + R_e + 1, w_b = w_c R_c + w_d R_d + R_e + 1. A one-unit gain in a tier then beats
-    any change in all lower tiers together, which is lexicographic order with a single solve.
+    With ranges R_e, R_d, R_t, R_c of tiers (e), (d), (t), (c): w_e = 1, w_d = R_e + 1,
+    w_t = w_d R_d + R_e + 1, w_c = w_t R_t + w_d R_d + R_e + 1,
+    w_b = w_c R_c + w_t R_t + w_d R_d + R_e + 1 (R_t = 0 without group costs: the old weights).
+    A one-unit gain in a tier then beats any change in all lower tiers together, which is
+    lexicographic order with a single solve.
     Tier (b)'s coefficients are the jobs' priority-weighted work scaled to 1..work_levels.
     """
     w = m.settings.weights
@@ -190,12 +192,17 @@ def set_objective(m: PlacementModel) -> dict[str, int]:
                 for g in jv.groups
             ]
             range_c += max([0, *extra])
+    range_t = 0
+    for j, jv in enumerate(m.jobs):
+        if jv.start >= 0:
+            range_t += max([0, *(m.cost.get((j, g), 0) for g in m.batch[j].groups)])
     range_d = sum(c for _, c in m.obj["d"])
     range_e = sum(c for _, c in m.obj["e"])
     wd = range_e + 1
-    wc = wd * range_d + range_e + 1
-    wb = wc * range_c + wd * range_d + range_e + 1
-    weights = {"b": wb, "c": wc, "d": wd, "e": 1}
+    wt = wd * range_d + range_e + 1
+    wc = wt * range_t + wd * range_d + range_e + 1
+    wb = wc * range_c + wt * range_t + wd * range_d + range_e + 1
+    weights = {"b": wb, "c": wc, "t": wt, "d": wd, "e": 1}
     vs: list[int] = []
     cs: list[int] = []
     for tier, wt in weights.items():

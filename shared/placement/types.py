@@ -32,6 +32,10 @@ class JobRequest:
     weight: float = 1.0
     est_runtime: float = 1.0
     job_id: int = -1
+    #: groups where the job must respect the reservation caps passed to ``place_batch`` (it would
+    #: still run at the reserved job's start): its usage there, with the other capped jobs', stays
+    #: within the caps, exactly as the simulator's EASY backfill checks it
+    capped: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpus_milli < 0 or self.mem_mib < 0:
@@ -51,6 +55,28 @@ class JobRequest:
     def gpu_demand(self) -> float:
         """GPUs the job keeps busy (a share counts as its fraction)."""
         return self.gpu_milli / WHOLE_GPU_MILLI if self.fractional else float(self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCost:
+    """How much one unit of each resource of a node group is wanted by jobs that cannot go elsewhere.
+
+    The type-reserve tier charges a job placed in the group ``max(GPU demand x per_gpu,
+    CPUs x per_cpu_milli, memory x per_mem_mib)``: its dominant share of the node, priced at the
+    group's pressure. Why: on a cluster with GPU-type constraints, best-fit packs jobs that could
+    run anywhere onto the scarce types (the fullest nodes are often there), and the jobs that can
+    only run on those types then wait while other types sit idle. The caller (the simulator)
+    derives the prices from its queue; the placer only compares them.
+    """
+
+    per_gpu: float
+    per_cpu_milli: float = 0.0
+    per_mem_mib: float = 0.0
+
+    def cost(self, job: JobRequest) -> float:
+        return max(
+            job.gpu_demand * self.per_gpu, job.cpus_milli * self.per_cpu_milli, job.mem_mib * self.per_mem_mib
+        )
 
 
 class SolveStatus(StrEnum):
@@ -85,6 +111,7 @@ class ObjectiveTerms:
     extra_nodes: int = 0  # (c): nodes used beyond each started job's minimum
     fragmented_nodes: int = 0  # (d): model nodes left neither empty nor full
     lookahead_fits: int = 0  # (e): weighted count of next jobs that still fit
+    type_cost: int = 0  # (t): summed integer group costs of the started jobs (0 without group costs)
 
 
 @dataclass(slots=True)

@@ -31,6 +31,21 @@ class SimConfig(BaseModel):
     cpsat_deterministic_time: float = Field(
         default=0.003, gt=0, description="cp-sat: solver work limit per solve (deterministic units)"
     )
+    cpsat_type_reserve: bool = Field(
+        default=True,
+        description="cp-sat: price node groups by the queue's demand for them (tier t); "
+        "False = the five-tier model",
+    )
+    cpsat_demand_window: int = Field(
+        default=256,
+        ge=0,
+        description="cp-sat tier t: the last N arrivals add to the queue's demand per group (0 = queue only)",
+    )
+    cpsat_reservations: bool = Field(
+        default=True,
+        description="cp-sat: solve the rest of the batch again under each new EASY reservation's "
+        "caps; False = caps only checked afterwards (overridden decisions go to best-fit)",
+    )
     oracle_runtimes: bool = Field(
         default=False, description="scheduler sees true runtimes instead of estimates (paper setting)"
     )

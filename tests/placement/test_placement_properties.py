@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from placement_helpers import EXACT, apply_all, place, spec, state
 
 from shared.domain.cluster import ClusterSpec
-from shared.placement import JobRequest, PlacerSettings, SolveStatus
+from shared.placement import CpSatPlacer, JobRequest, PlacerSettings, SolveStatus
 from shared.placement.aggregate import job_shape
 from shared.placement.builder import solve
 from shared.placement.placer import build_model
 from shared.placement.tiers import work_coefficients
 from shared.placement.warmstart import best_fit_batch, partial_copy
-from shared.sim.placement import BestFit
+from shared.sim.placement import BestFit, Caps, alloc_fits
 from shared.sim.state import Alloc, ClusterState
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -192,3 +192,69 @@ def test_no_lower_ranked_job_takes_the_room_of_a_higher_ranked_one(
     for j, job in enumerate(batch):
         if res.allocs[j] is None:
             assert not _fits_after(cs, res.allocs[:j], job, 0)
+
+
+@st.composite
+def capped_scenarios(
+    draw: st.DrawFn,
+) -> tuple[ClusterSpec, ClusterState, list[JobRequest], list[JobRequest], int, dict[int, Caps]]:
+    """A scenario plus EASY-style reservation caps on some nodes and jobs that must respect them."""
+    sp, cs, batch, ahead, slack = draw(scenarios())
+    caps: dict[int, Caps] = {}
+    for g, gs in enumerate(cs.groups):
+        if not draw(st.booleans()):
+            continue
+        cap = Caps.unlimited(gs.n)
+        for n in range(gs.n):
+            if draw(st.booleans()):
+                cap.whole[n] = draw(st.integers(0, int(gs.whole[n])))
+                cap.cpu[n] = draw(st.integers(0, int(gs.cpu[n])))
+                cap.mem[n] = draw(st.integers(0, int(gs.mem[n])))
+                cap.block_shares(n)
+        caps[g] = cap
+    flags = draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch)))
+    batch = [replace(job, capped=job.groups if f else ()) for job, f in zip(batch, flags, strict=True)]
+    return sp, cs, batch, ahead, slack, caps
+
+
+def _copy_caps(caps: dict[int, Caps]) -> dict[int, Caps]:
+    return {
+        g: Caps(c.whole.copy(), c.cpu.copy(), c.mem.copy(), c.frac_blocked.copy(), set(c.frac_blocked_set))
+        for g, c in caps.items()
+    }
+
+
+@SETTINGS
+@given(capped_scenarios())
+def test_placements_respect_reservation_caps(
+    case: tuple[ClusterSpec, ClusterState, list[JobRequest], list[JobRequest], int, dict[int, Caps]],
+) -> None:
+    """Walking the batch in rank order as the simulator does (each capped job checked against the
+    caps left by the capped jobs before it, then using them up), every allocation is admitted,
+    and a single-node job that waits would not be admitted either (tier a under caps)."""
+    sp, cs, batch, ahead, slack, caps = case
+    cfg = EXACT.model_copy(update={"node_slack": slack})
+    res = CpSatPlacer(cfg).place_batch(cs, batch, ahead, None, caps)
+    assert res.status in (SolveStatus.OPTIMAL, SolveStatus.NOTHING_FITS)
+    _check(sp, cs, batch, cfg, res.allocs)
+    copy = partial_copy(cs, set(range(len(cs.groups))))
+    own = _copy_caps(caps)
+    for job, a in zip(batch, res.allocs, strict=True):
+        mine = {g: own[g] for g in job.capped if g in own} or None
+        if a is None:
+            if _single_node(cs, job, slack):
+                bf = BestFit().place(
+                    copy, job.gpus, job.gpu_milli, job.cpus_milli, job.mem_mib, job.groups, mine, slack
+                )
+                assert bf is None
+            continue
+        assert alloc_fits(copy, a, mine, job.gpu_milli)
+        copy.take(a)
+        if mine and a.group in mine:
+            mine[a.group].consume(a)
+    # the warm start honours the caps too, and the solver never starts less work than it
+    coefs = work_coefficients(batch, cfg)
+    greedy = best_fit_batch(cs, batch, slack, None, caps)
+    assert sum(c for c, a in zip(coefs, res.allocs, strict=True) if a) >= sum(
+        c for c, a in zip(coefs, greedy, strict=True) if a
+    )
