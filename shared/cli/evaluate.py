@@ -46,6 +46,9 @@ def evaluate_command(
     load: Annotated[
         float | None, typer.Option(help="rescale arrivals to this offered load (default: as trained)")
     ] = None,
+    placement: Annotated[
+        str | None, typer.Option(help="first-fit | best-fit | cp-sat (default: as trained)")
+    ] = None,
     overlap: Annotated[bool, typer.Option(help="allow overlapping held-out windows (tiny traces)")] = False,
     untrained: Annotated[
         bool, typer.Option(help="control: the trainer's initial model (card's seed) instead of the weights")
@@ -94,6 +97,7 @@ def evaluate_command(
         target_load=load
         if load is not None
         else (tl if isinstance(tl := extra.get("load"), float) else None),
+        placement=placement or (pl if isinstance(pl := extra.get("placement"), str) else None),
     )
     trace_name = trace or (None if info.trace == "embedded" else info.trace)
     from shared.traces import TraceFormatError, TraceNotFoundError

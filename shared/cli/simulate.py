@@ -12,10 +12,12 @@ from rich.markup import escape
 
 from shared.cli.common import console, fail, progress_bar
 from shared.domain.cluster import SpecError
+from shared.features import FeatureSampler
 from shared.metrics import PolicyComparison, WindowMetrics, chronological_split, make_windows
-from shared.policies import POLICY_NAMES
+from shared.policies import POLICY_NAMES, make_policy
+from shared.policies.base import Policy
 from shared.sim.config import SimConfig
-from shared.sim.evaluate import PreparedWorkload, evaluate_policies, prepare_workload
+from shared.sim.evaluate import PolicyFactory, PreparedWorkload, evaluate_policies, prepare_workload
 from shared.sim.result import SimResult
 
 PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
@@ -46,6 +48,30 @@ def _load(
         )
     except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
         raise fail(str(err)) from None
+
+
+def _learned(checkpoint: Path) -> tuple[str, PolicyFactory]:
+    """The trained prioritizer of ``checkpoint`` as a policy factory (greedy, over its base policy)."""
+    from shared.model import CheckpointError
+    from shared.rl.policy import LearnedPolicy
+    from shared.rl.setup import load_trained
+
+    try:
+        net, card, schema = load_trained(checkpoint)
+    except (CheckpointError, OSError, ValueError) as err:
+        raise fail(f"cannot use checkpoint {checkpoint}: {err}") from None
+    base = card.training.base_policy
+
+    def factory(decides_from: float) -> Policy:
+        return LearnedPolicy(
+            net,
+            make_policy(base),
+            mode="greedy",
+            warm_until=decides_from,
+            sampler=FeatureSampler(schema.sampling),
+        )
+
+    return f"learned/{base}", factory
 
 
 def simulate_command(
@@ -103,6 +129,13 @@ def simulate_command(
         "hylo-out"
     ),
     plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="a trained prioritizer checkpoint (hylo train) to compare as one more policy, "
+            "'learned/<its base policy>' (greedy), under every placement"
+        ),
+    ] = None,
 ) -> None:
     """Simulate base policies on the same windows and print a policy x metric table with 95% CIs."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -159,6 +192,11 @@ def simulate_command(
         f"warm-up={'one continuous run' if warmup is None else f'{warmup} jobs per window'}"
     )
 
+    factories: dict[str, PolicyFactory] = {}
+    if model is not None:
+        learned_name, factory = _learned(model)
+        factories[learned_name] = factory
+        names.append(learned_name)
     progress = progress_bar()
     ablation = len(placements) > 1
     rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
@@ -173,7 +211,9 @@ def simulate_command(
             def advance(policy: str, done: int, label: dict[str, str] = label) -> None:
                 progress.update(tasks[label[policy]], completed=done)
 
-            metrics, results = evaluate_policies(work, names, cfg_pl, chosen, warmup=warmup, progress=advance)
+            metrics, results = evaluate_policies(
+                work, names, cfg_pl, chosen, warmup=warmup, progress=advance, factories=factories
+            )
             for p in names:
                 per_policy[label[p]] = [m.model_copy(update={"policy": label[p]}) for m in metrics[p]]
                 runs[label[p]] = results[p]

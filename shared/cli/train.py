@@ -76,6 +76,10 @@ def train_command(
         float, typer.Option(help="chronological split: share of jobs for training")
     ] = 0.9,
     jobs: Annotated[int, typer.Option(help="jobs of the embedded workload (without --trace)")] = 20_000,
+    placement: Annotated[
+        str | None,
+        typer.Option(help="first-fit | best-fit | cp-sat (default: best-fit; the paper setting's first-fit)"),
+    ] = None,
     load: Annotated[
         float | None,
         typer.Option(help="rescale arrival times to this offered load (as hylo simulate --load)"),
@@ -107,7 +111,9 @@ def train_command(
         raise fail(str(err)) from None
     if load is not None and load <= 0:
         raise fail(f"--load must be > 0, got {load}")
-    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load)
+    if placement is not None and placement not in ("first-fit", "best-fit", "cp-sat"):
+        raise fail(f"--placement must be first-fit, best-fit or cp-sat, not {placement!r}")
+    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
     from shared.traces import TraceFormatError, TraceNotFoundError
 
     t0 = time.perf_counter()
@@ -197,6 +203,7 @@ def train_command(
             "train_fraction": train_fraction,
             "jobs": jobs,
             "load": load,
+            "placement": s.config.placement,
             "cluster_arg": cluster,
             "ppo": ppo.model_dump(mode="json"),
             "wall_seconds": result.wall_seconds,

@@ -44,11 +44,13 @@ class RunSetup:
     seed: int = 0
     n_jobs: int = 20_000  # the embedded workload's size (traces ignore it)
     target_load: float | None = None  # rescale arrivals to this offered load (None: as generated)
+    placement: str | None = None  # None: the setting's default (best-fit; the paper's first-fit)
 
     def sim_config(self) -> SimConfig:
-        if self.paper:
-            return SimConfig.paper()
-        return SimConfig(oracle_runtimes=self.estimates == "oracle")
+        config = SimConfig.paper() if self.paper else SimConfig(oracle_runtimes=self.estimates == "oracle")
+        if self.placement is not None:
+            config = config.model_copy(update={"placement": self.placement})
+        return config
 
     def episode_settings(self) -> EpisodeSettings:
         warmup = self.warmup if self.warmup is not None else (0 if self.paper else 256)

@@ -11,7 +11,7 @@ Two ways to get a window's metrics, both warm (the cluster is busy when the wind
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,7 @@ from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.domain.jobs import JobTable
 from shared.metrics import Window, WindowMetrics, summarize_window
 from shared.policies import make_policy
+from shared.policies.base import Policy
 from shared.sim.binding import BoundWorkload, Exclusion, bind_jobs
 from shared.sim.config import SimConfig
 from shared.sim.result import SimResult
@@ -137,6 +138,8 @@ def rescale_arrivals(table: JobTable, capacity_gpus: float, target_load: float) 
 
 
 ProgressHook = Callable[[str, int], None]
+#: builds a policy given the time from which it decides (before it, its base policy does)
+PolicyFactory = Callable[[float], Policy]
 
 
 def evaluate_policies(
@@ -147,11 +150,21 @@ def evaluate_policies(
     *,
     warmup: int | None = None,
     progress: ProgressHook | None = None,
+    factories: Mapping[str, PolicyFactory] | None = None,
 ) -> tuple[dict[str, list[WindowMetrics]], dict[str, list[SimResult]]]:
     """Metrics of every policy on the same windows (paired), and the simulation runs behind them.
 
-    ``progress(policy, n_done_windows)`` is called as windows complete.
+    ``progress(policy, n_done_windows)`` is called as windows complete. A name found in
+    ``factories`` is built by its factory (e.g. a trained prioritizer), called with the time from
+    which the policy decides (the window's first submit when windows are warmed up, else -inf);
+    every other name is a base policy.
     """
+    factories = factories or {}
+
+    def build(name: str, decides_from: float) -> Policy:
+        factory = factories.get(name)
+        return factory(decides_from) if factory is not None else make_policy(name)
+
     if not windows:
         raise ValueError("no evaluation windows")
     bound = workload.bound
@@ -165,7 +178,7 @@ def evaluate_policies(
         if warmup is None:
             last = max(w.stop for w in windows)
             tail = max(w.size for w in windows)
-            sim = Simulator(bound, make_policy(name), config)
+            sim = Simulator(bound, build(name, -math.inf), config)
             result = sim.run(job_range=(0, min(n, last + tail)))
             results.append(result)
             for k, w in enumerate(windows):
@@ -176,7 +189,7 @@ def evaluate_policies(
                     progress(name, k + 1)
         else:
             for k, w in enumerate(windows):
-                sim = Simulator(bound, make_policy(name), config)
+                sim = Simulator(bound, build(name, float(bound.jobs.submit[w.start])), config)
                 result = sim.run(job_range=(max(0, w.start - warmup), w.stop), metric_range=(w.start, w.stop))
                 results.append(result)
                 metrics.append(summarize_window(result, w, excluded=excluded, label=w.label))

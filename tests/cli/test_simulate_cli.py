@@ -144,3 +144,23 @@ def test_unknown_placement_is_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--placement must be from first-fit, best-fit, cp-sat" in result.output
+
+
+CHECKPOINT = Path(__file__).parents[2] / "docs/results/runs/rltune-easy-fcfs-wait/checkpoint"
+
+
+def test_simulate_compares_a_trained_prioritizer_under_every_placement(tmp_path: Path) -> None:
+    args = ["simulate", "--jobs", "2000", "--windows", "2", "--window-size", "64", "--policies", "fcfs"]
+    args += ["--placement", "first-fit,best-fit", "--model", str(CHECKPOINT), "--no-plots"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "simulate.json").read_text())
+    rows = set(report["policies"])
+    expected = {f"{p}@{pl}" for p in ("fcfs", "learned/fcfs") for pl in ("first-fit", "best-fit")}
+    assert expected <= rows, rows
+
+
+def test_simulate_with_a_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--jobs", "500", "--model", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert "cannot use checkpoint" in result.output and "nowhere" in result.output

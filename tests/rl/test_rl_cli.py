@@ -20,7 +20,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train")
     args = ["train", "--jobs", "1500", "--epochs", "1", "--windows-per-epoch", "2", "--window-size", "48"]
     args += ["--warmup", "16", "--validation-windows", "1", "--test-windows", "1", "--metric", "wait"]
-    args += ["--load", "0.9"]
+    args += ["--load", "0.9", "--placement", "cp-sat"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
@@ -31,6 +31,7 @@ def test_train_writes_checkpoint_log_and_curve(trained: Path) -> None:
     assert card["training"]["base_policy"] == "fcfs" and card["training"]["metric"] == "wait"
     assert card["training"]["held_out"]["windows"] == 1
     assert card["training"]["extra"]["load"] == 0.9  # evaluate replays the same arrivals
+    assert card["training"]["extra"]["placement"] == "cp-sat"  # and places as trained
     assert len(card["features"]["schema_hash"]) == 64
     log = json.loads((trained / "train_log.json").read_text())
     assert [row["epoch"] for row in log["history"]] == [0, 1]
