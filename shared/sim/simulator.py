@@ -181,7 +181,7 @@ class Simulator:
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
         batch_placer = self.batch_placer
         if batch_placer is not None:
-            from shared.placement import GroupCost, JobRequest
+            from shared.placement import GroupCost, JobRequest, SolveStatus
         type_reserve = batch_placer is not None and cfg.cpsat_type_reserve
         demand_window = cfg.cpsat_demand_window
         demand_np = jobs.gpu_demand
@@ -194,6 +194,7 @@ class Simulator:
             "replans": 0,
             "held_back": 0,
         }
+        call_ms: list[float] = []
         replan = cfg.cpsat_reservations
         releases = NodeReleases()
         mode = cfg.backfill
@@ -552,6 +553,8 @@ class Simulator:
             pstats["solves"] += 1
             pstats[f"status_{res.status.value}"] = pstats.get(f"status_{res.status.value}", 0) + 1
             pstats["solve_seconds"] += res.wall_s
+            if res.status is not SolveStatus.NOTHING_FITS:  # calls that built a model (latency target)
+                call_ms.append(res.wall_s * 1e3)
             return {r.job_id: d.alloc for r, d in zip(batch, res.decisions, strict=True)}
 
         def cycle(now: float) -> bool:
@@ -790,7 +793,7 @@ class Simulator:
             backfill=cfg.backfill,
             wall_seconds=time.perf_counter() - wall0,
             cycles=cycles,
-            placer_stats=pstats if batch_placer is not None else {},
+            placer_stats=(pstats | _latency_stats(call_ms)) if batch_placer is not None else {},
         )
 
 
@@ -803,3 +806,16 @@ def simulate(
 ) -> SimResult:
     """Convenience wrapper: one policy, one run."""
     return Simulator(workload, policy, config).run(job_range, metric_range)
+
+
+def _latency_stats(call_ms: list[float]) -> dict[str, float]:
+    """p50/p99/max wall time of the batch placer's calls that built a model, in milliseconds."""
+    if not call_ms:
+        return {}
+    a = np.asarray(call_ms)
+    return {
+        "call_ms_p50": float(np.percentile(a, 50)),
+        "call_ms_p99": float(np.percentile(a, 99)),
+        "call_ms_max": float(a.max()),
+        "model_calls": float(len(a)),
+    }
