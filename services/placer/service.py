@@ -10,7 +10,9 @@ decision, job and outcome lands exactly once, also across restarts (a republishe
 same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window).
 
 Why the placer records: it is the one pipeline service that owns the database connection; the
-``recorder-*`` consumers are shared by all placer replicas.
+``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding
+and recording into separate processes (``decide`` and ``record`` replicas), so that writing a
+1,024-row decision never holds the GIL of the process that is placing the next one.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         async with engine.begin() as conn:
             await record_model_version(conn, version)
 
-    routes: list[Route[Any]] = [
+    decide: list[Route[Any]] = [
         Route(
             kind="priorities",
             model=PriorityVector,
@@ -93,10 +95,14 @@ async def build(ctx: ServiceContext) -> Wiring:
             handle=on_priorities,
             reject=(StageError,),
         ),
+    ]
+    record: list[Route[Any]] = [
         Route(kind="placements", model=PlacementDecision, durable="recorder-decisions", handle=on_decision),
         Route(kind="outcomes", model=JobOutcome, durable="recorder-outcomes", handle=on_outcome),
         Route(kind="models", model=ModelVersion, durable="recorder-models", handle=on_model),
     ]
+    role = settings.placer_role
+    routes = (decide if role != "record" else []) + (record if role != "decide" else [])
     return Wiring(routes=routes)
 
 

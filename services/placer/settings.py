@@ -10,8 +10,14 @@ from shared.config import HyloBaseSettings
 
 
 class PlacerServiceSettings(HyloBaseSettings):
-    """``HYLO_PLACEMENT``."""
+    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``."""
 
     placement: Literal["best-fit", "cp-sat"] = Field(
         default="cp-sat", description="CP-SAT over the top K jobs, or best-fit in priority order"
+    )
+    placer_role: Literal["all", "decide", "record"] = Field(
+        default="all",
+        description="decide: only PriorityVector -> PlacementDecision; record: only the recorder "
+        "consumers (decisions, outcomes, model versions); all: both in one process. Splitting them "
+        "keeps 1,024-row decision writes from competing with placement for this process's GIL",
     )

@@ -263,6 +263,9 @@ async def serve(definition: ServiceDefinition, settings: ServiceSettings | None 
     # every full collection; freezing them cut the featurizer's p99 from 100+ ms to ~50 ms on openb.
     gc.collect()
     gc.freeze()
+    # A decoded openb snapshot is ~10,000 objects: with the default gen-0 threshold (700) every
+    # decode runs a dozen collections; 100,000 cut the decode's p50 by a quarter (13 -> 9.8 ms).
+    gc.set_threshold(100_000, 50, 100)
     await runtime.run(stop)
 
 

@@ -297,3 +297,30 @@ async def test_stop_finishes_the_message_in_flight(bus: Bus, start: Callable[...
     assert [decode(FeatureMatrix, p).correlation_id for p in out] == ["slow"]
     info = await bus.js.consumer_info(f"{bus.subjects.root}_SNAPSHOTS".upper(), "stand-in")
     assert info.num_ack_pending == 0 and info.num_pending == 0  # acked, nothing left to redeliver
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("role", "durables"),
+    [
+        ("decide", {"placer"}),
+        ("record", {"recorder-decisions", "recorder-outcomes", "recorder-models"}),
+        ("all", {"placer", "recorder-decisions", "recorder-outcomes", "recorder-models"}),
+    ],
+)
+async def test_placer_roles_bind_their_routes_only(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: str, durables: set[str]
+) -> None:
+    from services.placer.service import DEFINITION as PLACER
+
+    monkeypatch.setenv("HYLO_PLACER_ROLE", role)
+    bus_settings = bus.settings.model_copy(update={"subject_root": bus.subjects.root})
+    store = StoreSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'roles.db'}")
+    runtime = ServiceRuntime(
+        PLACER, ServiceSettings(http_port=free_port(), replica=role), bus_settings, store
+    )
+    await runtime.start()
+    try:
+        assert {c.durable for c in runtime.consumers} == durables
+    finally:
+        await runtime.close()
