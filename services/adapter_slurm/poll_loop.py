@@ -32,12 +32,19 @@ class PollLoop:
     """Owns the adapter: polls and decisions take turns (one lock), Slurm calls run in a thread."""
 
     def __init__(
-        self, adapter: SlurmAdapter, publish: Publish, *, interval_s: float, retry_max_s: float
+        self,
+        adapter: SlurmAdapter,
+        publish: Publish,
+        *,
+        interval_s: float,
+        retry_max_s: float,
+        min_gap_s: float = 0.0,
     ) -> None:
         self.adapter = adapter
         self.publish = publish
         self.interval_s = interval_s
         self.retry_max_s = retry_max_s
+        self.min_gap_s = min_gap_s
         self.lock = asyncio.Lock()
         self.wake = asyncio.Event()
         self.last_error: str | None = "no poll yet"
@@ -91,6 +98,7 @@ class PollLoop:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 await self.poll_once()
             except SlurmCommandError as err:
@@ -112,3 +120,8 @@ class PollLoop:
                 finally:
                     waker.cancel()
                     stopper.cancel()
+            # an early poll (poll_soon) comes no sooner than min_gap_s after the previous one
+            rest = self.min_gap_s - (time.monotonic() - started)
+            if rest > 0 and not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), rest)

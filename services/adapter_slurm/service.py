@@ -45,6 +45,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         ctx.publisher.publish,
         interval_s=settings.slurm_poll_interval_s,
         retry_max_s=settings.slurm_retry_max_s,
+        min_gap_s=min(settings.slurm_min_poll_gap_s, settings.slurm_poll_interval_s),
     )
     stop = asyncio.Event()
     task = asyncio.create_task(loop.run(stop), name=f"adapter-slurm-{cluster}-poll")

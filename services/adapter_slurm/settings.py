@@ -39,6 +39,12 @@ class SlurmAdapterSettings(HyloBaseSettings):
         default="auto", description="auto: --json, falling back to parsable text when JSON fails"
     )
     slurm_poll_interval_s: float = Field(default=30.0, gt=0, description="seconds between polls")
+    slurm_min_poll_gap_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="least time between two polls, also when a decision asks for an early one "
+        "(without it every applied decision triggered a poll and the next decision: ~8 polls/s)",
+    )
     slurm_retry_max_s: float = Field(
         default=60.0, gt=0, description="longest wait between retries while slurmctld is unreachable"
     )
