@@ -13,7 +13,9 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,10 +48,15 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
     reason = _skip_reason()
     if reason is not None:
         pytest.skip(reason)
-    bench = _bench()
     out = tmp_path / "result.json"
-    code = bench.main(  # type: ignore[attr-defined]
+    # a short state dir: slurmd's unix sockets live under it, and a path inside pytest-xdist's
+    # tmp_path (.../popen-gw0/test_experiment_harness_on_rea0/...) is too long for a socket name
+    state_dir = Path(tempfile.mkdtemp(prefix="hx-", dir="/tmp")) / "s"
+    # as a command, in its own process, as people run it
+    done = subprocess.run(
         [
+            sys.executable,
+            str(ROOT / "bench/slurm_experiment.py"),
             "--rows",
             "230:",
             "--jobs",
@@ -63,7 +70,7 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
             "--placement",
             "best-fit",
             "--state-dir",
-            str(tmp_path / "slurm"),
+            str(state_dir),
             "--workdir",
             str(tmp_path / "work"),
             "--ctld-port",
@@ -75,9 +82,13 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
             "--json",
             str(out),
             "--quick",
-        ]
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
-    assert code == 0
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["runs"]) == {"slurm", "hylo"}
     for run in report["runs"].values():
@@ -95,4 +106,5 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
         for j in report["runs"]["hylo"]["jobs"]
     )
     assert "comparison" in report
-    assert not (tmp_path / "slurm").exists()  # the cluster was taken down
+    assert not state_dir.exists()  # the cluster was taken down
+    shutil.rmtree(state_dir.parent, ignore_errors=True)
