@@ -9,7 +9,6 @@ cannot run here (not root, not installed and no apt-get) or the traces folder is
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -33,15 +32,6 @@ def _skip_reason() -> str | None:
     if not (get_settings().traces_dir / "rltune/slurm_workloads_256.csv").is_file():
         return "traces folder (HYLO_TRACES_DIR) lacks rltune/slurm_workloads_256.csv"
     return None
-
-
-def _bench() -> object:
-    spec = importlib.util.spec_from_file_location("slurm_experiment", ROOT / "bench/slurm_experiment.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["slurm_experiment"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
