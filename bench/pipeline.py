@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -51,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from services.adapter_sim.snapshot import SnapshotBuilder  # noqa: E402
+from services.adapter_sim.stack import LocalStack  # noqa: E402
 from shared.bus import BusSettings, Publisher, connect, ensure_streams  # noqa: E402
 from shared.domain.jobs import WHOLE_GPU_MILLI  # noqa: E402
 from shared.schemas import Limits, PlacementDecision, QueueSnapshot, Subjects, decode  # noqa: E402
@@ -60,45 +57,8 @@ from shared.sim.state import Alloc, ClusterState  # noqa: E402
 from shared.store.migrate import upgrade_url  # noqa: E402
 
 TARGET_P99_MS = 50.0
-SERVICES = ("featurizer", "prioritizer", "placer")
 MAX_BYTES = 8 << 20
 console = Console()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_http(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
-            if answer.status == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready within {timeout_s} s")
-
-
-def start_nats(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    conf = folder / "nats.conf"
-    conf.write_text(
-        f'host: "127.0.0.1"\nport: {port}\nmax_payload: 8MB\njetstream {{ store_dir: "{folder / "js"}" }}\n'
-    )
-    binary = Path(sys.executable).parent / "nats-server"
-    proc = subprocess.Popen(
-        [str(binary), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return proc, f"nats://127.0.0.1:{port}"
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("nats-server did not start")
 
 
 def busy_snapshot_source(
@@ -243,15 +203,14 @@ def main() -> None:
     spec_name = args.cluster if src[4] == args.trace else "embedded"
     with tempfile.TemporaryDirectory(prefix="hylo-bench-") as tmp:
         folder = Path(tmp)
-        nats, nats_url = start_nats(folder)
-        db = args.database_url or f"sqlite+aiosqlite:///{folder / 'bench.db'}"
-        upgrade_url(db)
-        procs = []
+        stack = LocalStack(folder)  # the processes of `hylo run`: nats-server (8 MiB payload), services
         try:
+            nats_url = stack.start_nats()
+            db = args.database_url or f"sqlite+aiosqlite:///{folder / 'bench.db'}"
+            upgrade_url(db)
             root = "bench" + uuid.uuid4().hex[:8]
             clusters = {f"k{k}": spec_name for k in range(max(1, args.clusters))}
             env = dict(
-                os.environ,
                 HYLO_NATS_URL=nats_url,
                 HYLO_SUBJECT_ROOT=root,
                 HYLO_DATABASE_URL=db,
@@ -260,21 +219,11 @@ def main() -> None:
                 HYLO_STORAGE="memory",
                 HYLO_LOG_LEVEL="WARNING",
             )
-            ports = {}
             # the placer as two processes: one deciding, one recording (HYLO_PLACER_ROLE)
-            roles = [(name, {}) for name in SERVICES if name != "placer"]
-            roles += [("placer", {"HYLO_PLACER_ROLE": "decide"}), ("placer", {"HYLO_PLACER_ROLE": "record"})]
-            for k, (name, extra) in enumerate(roles):
-                ports[f"{name}{k}"] = port = free_port()
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", f"services.{name}"],
-                        env=dict(env, HYLO_HTTP_PORT=str(port), HYLO_REPLICA=f"{name}-{k}", **extra),
-                        cwd=str(ROOT),
-                    )
-                )
-            for port in ports.values():
-                wait_http(f"http://127.0.0.1:{port}/readyz")
+            stack.start_services(env, names=("featurizer", "prioritizer"))
+            for role in ("decide", "record"):
+                stack.start_services({**env, "HYLO_PLACER_ROLE": role}, names=("placer",))
+            stack.wait_ready()
 
             results: dict[str, Any] = {"latency": [], "throughput": []}
 
@@ -308,13 +257,7 @@ def main() -> None:
 
             asyncio.run(body())
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                with contextlib.suppress(Exception):
-                    proc.wait(15)
-            nats.terminate()
-            nats.wait(10)
+            stack.stop()
 
     lat = Table(title=f"snapshot -> placement decision, {src[4]} on {spec_name}, placement {args.placement}")
     for col in ("pending", "nodes", "running", "p50 ms", "p99 ms", "max ms", "stages (median ms)", "target"):

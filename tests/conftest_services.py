@@ -34,6 +34,7 @@ import pytest_asyncio
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from services.adapter_sim.stack import free_port
 from shared.bus import BusSettings, Publisher, connect, ensure_streams, stream_plans
 from shared.schemas import Limits, Subjects
 
@@ -46,13 +47,6 @@ def _reachable(host: str, port: int, timeout: float = 0.3) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
         return True
     return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
@@ -85,7 +79,7 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if found is None:
             pytest.skip("no NATS server on 127.0.0.1:4222 and no nats-server binary to start one")
         binary = Path(found)
-    port = _free_port()
+    port = free_port()
     store = tmp_path_factory.mktemp("nats-js")
     proc = subprocess.Popen(
         [str(binary), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
@@ -166,7 +160,7 @@ def _throwaway_postgres() -> Iterator[str]:
     if bindir is None:
         pytest.skip("no PostgreSQL on 127.0.0.1:5432 and no initdb/pg_ctl to start one")
     tmp = Path(tempfile.mkdtemp(prefix="hylo-pg-"))
-    data, port = tmp / "data", _free_port()
+    data, port = tmp / "data", free_port()
     run_as: list[str] = []
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # initdb refuses root
         if shutil.which("runuser") is None:

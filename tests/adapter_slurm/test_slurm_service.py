@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from services.adapter_sim.stack import free_port
 from services.adapter_slurm.poll_loop import PollLoop
 from services.adapter_slurm.service import DEFINITION
 from shared.schemas import JobOutcome, JobPlacement, PlacementDecision, QueueSnapshot, decode
@@ -29,13 +29,6 @@ from tests.adapter_slurm.conftest import SlurmCluster
 from tests.conftest_services import Bus
 
 CLUSTER = "slurm-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest_asyncio.fixture

@@ -75,3 +75,12 @@ async def wait_all_acked(js: JetStreamContext, stream: str, durable: str, timeou
         if time.monotonic() > deadline:
             raise AssertionError(f"{durable}: {info.num_ack_pending} unacked, {info.num_pending} pending")
         await asyncio.sleep(0.02)
+
+
+async def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``cond`` (every 20 ms) while the event loop runs other tasks; fail after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 from sqlalchemy import func, select
@@ -13,7 +12,7 @@ from sqlalchemy import func, select
 from shared.bus import Consumer, Delivery, stream_name
 from shared.schemas import JobOutcome, PlacementDecision, encode
 from shared.store import Decision, create_engine, record_decision, upgrade
-from tests.bus.bus_helpers import Recorder, dead_letters, process_until, wait_all_acked
+from tests.bus.bus_helpers import Recorder, dead_letters, process_until, wait_all_acked, wait_until
 from tests.conftest_services import Bus
 from tests.schemas.message_factories import decision, outcome
 
@@ -186,18 +185,11 @@ async def test_a_deleted_consumer_is_recreated_and_keeps_serving(bus: Bus) -> No
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     await bus.publisher.publish(outcome(job_id="before"))
-    await process_wait(lambda: len(seen.seen) == 1)
+    await wait_until(lambda: len(seen.seen) == 1)
     await bus.js.delete_consumer(stream_name(bus.subjects, "outcomes"), "rec")
     await asyncio.sleep(0.5)  # the next idle check notices the consumer is gone
     await bus.publisher.publish(outcome(job_id="after"))
-    await process_wait(lambda: len(seen.seen) == 2)
+    await wait_until(lambda: len(seen.seen) == 2)
     stop.set()
     await asyncio.wait_for(task, 5)
     assert [m.job_id for m, _ in seen.seen] == ["before", "after"]
-
-
-async def process_wait(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)

@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from shared.bus import BusSettings, connect
-from tests.conftest_services import VENV_BIN, _free_port, _wait_port
+from tests.conftest_services import VENV_BIN, _wait_port, free_port
 
 
 def test_settings_come_from_hylo_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +29,7 @@ async def test_connect_passes_the_token(tmp_path: Path) -> None:
     binary = VENV_BIN / "nats-server"
     if not binary.exists():
         pytest.skip(f"no nats-server binary at {binary}")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(binary), "-a", "127.0.0.1", "-p", str(port), "--auth", "s3cret"],
         stdout=subprocess.DEVNULL,

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from services.adapter_sim.stack import free_port
 from shared.bus import BusSettings
 from shared.query import QuerySettings
 from shared.service import ServiceSettings
@@ -34,13 +34,6 @@ from tests.query.query_helpers import client, migrated, seed
 
 DEPLOY = ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- NATS ----------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.adapter_sim.stack import free_port
 from tests.query.query_helpers import client, migrated, seed, unique_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.mark.asyncio

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.adapter_sim.stack import free_port
 from services.featurizer.service import DEFINITION as FEATURIZER
 from services.prioritizer.models import checkpoint_sha256
 from services.prioritizer.service import DEFINITION as PRIORITIZER
@@ -28,13 +28,6 @@ from tests.conftest_services import Bus
 from tests.schemas.message_factories import SPEC_DOC, snapshot
 
 CHECKPOINT = Path(__file__).parents[2] / "docs/results/runs/philly-easy-fcfs-wait/checkpoint"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def announcement(status: str, sha256: str, version: str = "philly-1") -> ModelVersion:

@@ -20,25 +20,19 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from services.adapter_sim.stack import free_port
 from shared.bus import BusSettings, Delivery
 from shared.schemas import DeadLetter, FeatureMatrix, ModelVersion, QueueSnapshot, decode
 from shared.service import Route, ServiceContext, ServiceDefinition, ServiceRuntime, ServiceSettings, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
 from shared.store.settings import StoreSettings
-from tests.bus.bus_helpers import read_all
+from tests.bus.bus_helpers import read_all, wait_until
 from tests.conftest_services import Bus
 from tests.schemas.message_factories import features, model_version, snapshot
 
 
 class Unusable(ValueError):
     """Raised by the test handler for snapshots it must reject."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -132,14 +126,6 @@ async def start(bus: Bus) -> AsyncIterator[Callable[..., object]]:
         r.stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(r.task, 10)
-
-
-async def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.asyncio

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
 
+from services.adapter_sim.stack import free_port
 from services.placer.service import DEFINITION as PLACER
 from services.prioritizer.service import DEFINITION as PRIORITIZER
 from shared.schemas import DeadLetter, PlacementDecision, PriorityVector, decode, encode
@@ -26,13 +26,6 @@ from tests.conftest_services import Bus
 from tests.schemas.message_factories import SPEC_DOC, features, priorities, snapshot
 
 LIMIT = 256 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def hostile(good: dict[str, object], i: int) -> tuple[str, str, bytes]:
