@@ -61,13 +61,21 @@ MAX_BYTES = 8 << 20
 console = Console()
 
 
-def busy_snapshot_source(
-    trace: str, preset: str
-) -> tuple[SnapshotBuilder, ClusterState, dict[int, Alloc], int, str]:
-    """A cluster filled to 80-90% GPU load by best-fit with trace jobs, and the row after the fill.
+#: GPU load the fill aims at (low, high) and how many consecutive misses end it, per scenario
+SCENARIOS: dict[str, tuple[float, float, int]] = {"burst": (0.80, 0.90, 500), "steady": (0.99, 0.995, 3000)}
 
-    The fill keeps the last 2,100 jobs of the trace back (half of a short trace), so that queues of
-    1,024 jobs never contain a running one: the openb pod list fits almost whole into its cluster.
+
+def busy_snapshot_source(
+    trace: str, preset: str, scenario: str = "burst"
+) -> tuple[SnapshotBuilder, ClusterState, dict[int, Alloc], int, str]:
+    """A cluster filled by best-fit with trace jobs, and the row after the fill.
+
+    ``burst``: filled to 80-90% of its GPUs, so a fresh queue of the trace's next pods finds room for
+    hundreds of them at once (a burst: every one of them is placed in one decision). ``steady``:
+    filled until best-fit cannot place 3,000 pods in a row (or 99% of the GPUs are busy), so few
+    queued pods fit, as between scheduling events on a busy live cluster. The fill keeps the last
+    2,100 jobs of the trace back (half of a short trace), so that queues of 1,024 jobs never contain
+    a running one: the openb pod list fits almost whole into its cluster.
     """
     try:
         prepared = prepare_workload(trace, preset)
@@ -84,10 +92,11 @@ def busy_snapshot_source(
     }
     state = ClusterState(w.spec, frac)
     rng = np.random.default_rng(0)
-    target = float(rng.uniform(0.80, 0.90)) * WHOLE_GPU_MILLI * w.spec.total_gpus
+    low, high, max_misses = SCENARIOS[scenario]
+    target = float(rng.uniform(low, high)) * WHOLE_GPU_MILLI * w.spec.total_gpus
     bf, allocs, row, misses, n = BestFit(), {}, 0, 0, len(jobs)
     reserve = min(2100, n // 2)  # rows kept back for the pending queues
-    while state.busy_milli < target and misses < 500 and row < n - reserve:
+    while state.busy_milli < target and misses < max_misses and row < n - reserve:
         a = bf.place(
             state,
             int(jobs.gpus[row]),
@@ -189,6 +198,7 @@ def main() -> None:
     p.add_argument("--trace", default="openb-gpuspec33")
     p.add_argument("--cluster", default="alibaba-openb")
     p.add_argument("--sizes", default="256,1024")
+    p.add_argument("--scenarios", default="burst,steady", help=f"any of {', '.join(SCENARIOS)}")
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--throughput-s", type=float, default=20.0)
@@ -198,8 +208,13 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "pipeline.json"))
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenario(s) {unknown}; choose from {sorted(SCENARIOS)}")
 
-    src = busy_snapshot_source(args.trace, args.cluster)
+    sources = {sc: busy_snapshot_source(args.trace, args.cluster, sc) for sc in scenarios}
+    src = sources[scenarios[0]]
     spec_name = args.cluster if src[4] == args.trace else "embedded"
     with tempfile.TemporaryDirectory(prefix="hylo-bench-") as tmp:
         folder = Path(tmp)
@@ -245,14 +260,16 @@ def main() -> None:
 
                 await nc.subscribe(subjects.all_clusters("placements"), cb=on_decision)
                 ctx = {"publisher": Publisher(js, subjects, limits), "waiting": waiting}
-                for size in sizes:
-                    console.print(f"latency, {size} pending jobs ...")
-                    results["latency"].append(await latency(ctx, src, size, args.samples, args.warmup))
-                for size in sizes:
-                    console.print(f"throughput, {size} pending jobs, {args.throughput_s:.0f} s ...")
-                    results["throughput"].append(
-                        await throughput(ctx, src, size, max(1, args.clusters), args.throughput_s)
-                    )
+                for sc, source in sources.items():
+                    for size in sizes:
+                        console.print(f"latency, {sc}, {size} pending jobs ...")
+                        r = await latency(ctx, source, size, args.samples, args.warmup)
+                        results["latency"].append({"scenario": sc, **r})
+                for sc, source in sources.items():
+                    for size in sizes:
+                        console.print(f"throughput, {sc}, {size} pending jobs, {args.throughput_s:.0f} s ...")
+                        r = await throughput(ctx, source, size, max(1, args.clusters), args.throughput_s)
+                        results["throughput"].append({"scenario": sc, **r})
                 await nc.close()
 
             asyncio.run(body())
@@ -260,15 +277,18 @@ def main() -> None:
             stack.stop()
 
     lat = Table(title=f"snapshot -> placement decision, {src[4]} on {spec_name}, placement {args.placement}")
-    for col in ("pending", "nodes", "running", "p50 ms", "p99 ms", "max ms", "stages (median ms)", "target"):
+    columns = ("scenario", "pending", "nodes", "running", "placed (median)", "p50 ms", "p99 ms", "max ms")
+    for col in (*columns, "stages (median ms)", "target"):
         lat.add_column(col)
     for r in results["latency"]:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_median_ms"].items())
         ok = "met" if r["pending_jobs"] < 1024 or r["p99_ms"] <= TARGET_P99_MS else "MISSED"
         lat.add_row(
+            r["scenario"],
             f"{r['pending_jobs']:,}",
             f"{r['nodes']:,}",
             f"{r['running_jobs']:,}",
+            f"{r['jobs_placed_median']:.0f}",
             f"{r['p50_ms']:.1f}",
             f"{r['p99_ms']:.1f}",
             f"{r['max_ms']:.1f}",
@@ -277,16 +297,21 @@ def main() -> None:
         )
     console.print(lat)
     thr = Table(title="sustained throughput, one replica per service")
-    for col in ("pending", "in flight", "decisions", "decisions/s"):
+    for col in ("scenario", "pending", "in flight", "decisions", "decisions/s"):
         thr.add_column(col)
     for r in results["throughput"]:
         thr.add_row(
-            f"{r['pending_jobs']:,}", str(r["clusters_in_flight"]), str(r["decisions"]), f"{r['per_s']:.1f}"
+            r["scenario"],
+            f"{r['pending_jobs']:,}",
+            str(r["clusters_in_flight"]),
+            str(r["decisions"]),
+            f"{r['per_s']:.1f}",
         )
     console.print(thr)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
+        "load_average": os.getloadavg(),
         "trace": src[4],
         "cluster": spec_name,
         "placement": args.placement,

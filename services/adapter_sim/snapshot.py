@@ -14,12 +14,13 @@ Node names are ``<group name>-<index>`` in the cluster spec's order (``v100m32-0
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.schemas import NodeState, PendingJob, QueueSnapshot, RunningJob
-from shared.schemas.snapshot import WHOLE
+from shared.schemas import NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
+from shared.schemas.snapshot import NODE_COLUMNS, WHOLE
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
 
@@ -116,26 +117,21 @@ class SnapshotBuilder:
     def ended(self, j: int) -> None:
         self._running.pop(j, None)
 
-    def nodes(self, state: ClusterState) -> tuple[NodeState, ...]:
+    def nodes(self, state: ClusterState) -> NodeStates:
         """Free resources of every node now (every node is ``up``: the simulator has no failures)."""
-        out: list[NodeState] = []
+        cols: dict[str, list[Any]] = {c: [] for c in NODE_COLUMNS}
         for gs, group, names in zip(state.groups, self.groups, self.names, strict=True):
-            whole, cpu, mem = gs.whole.tolist(), gs.cpu.tolist(), gs.mem.tolist()
-            share = gs.maxfrac.tolist() if gs.maxfrac is not None else None
-            for i, name in enumerate(names):
-                # largest free share on one GPU: tracked per GPU where shares exist, else whole or none
-                free_share = share[i] if share is not None else (WHOLE if whole[i] > 0 else 0)
-                out.append(
-                    NodeState(
-                        name=name,
-                        group=group,
-                        free_gpus=whole[i],
-                        free_share_milli=free_share,
-                        free_cpus_milli=cpu[i],
-                        free_mem_mib=mem[i],
-                    )
-                )
-        return tuple(out)
+            whole = gs.whole.tolist()
+            # largest free share on one GPU: tracked per GPU where shares exist, else whole or none
+            share = gs.maxfrac.tolist() if gs.maxfrac is not None else [WHOLE if w > 0 else 0 for w in whole]
+            cols["name"] += names
+            cols["group"] += [group] * len(names)
+            cols["free_gpus"] += whole
+            cols["free_share_milli"] += share
+            cols["free_cpus_milli"] += gs.cpu.tolist()
+            cols["free_mem_mib"] += gs.mem.tolist()
+            cols["state"] += ["up"] * len(names)
+        return NodeStates(**{c: tuple(v) for c, v in cols.items()})
 
     def build(
         self,
@@ -157,7 +153,7 @@ class SnapshotBuilder:
             time=now,
             sequence=sequence,
             pending=tuple(self.pending_jobs[j] for j in shown),
-            running=tuple(self._running[j] for j in running),
+            running=RunningJobs.of(self._running[j] for j in running),
             nodes=self.nodes(state),
         )
         return snapshot, len(queued) - len(shown)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from services.adapter_slurm.model import PENDING_STATES, RUNNING_STATES, SlurmJob, SlurmNode
 from shared.domain.cluster import ClusterSpec, NodeGroup
-from shared.schemas import NodeState, PendingJob, QueueSnapshot, RunningJob
+from shared.schemas import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.snapshot import WHOLE
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,6 @@ def build_snapshot(
         time=now,
         sequence=sequence,
         pending=tuple(pending),
-        running=tuple(running),
-        nodes=tuple(states),
+        running=RunningJobs.of(running),
+        nodes=NodeStates.of(states),
     )

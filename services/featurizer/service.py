@@ -24,7 +24,8 @@ async def build(ctx: ServiceContext) -> Wiring:
 
     async def on_snapshot(snapshot: QueueSnapshot, delivery: Delivery) -> FeatureMatrix:
         wait = queue_wait_ms(delivery)
-        return with_wait(await asyncio.to_thread(stage.handle, snapshot), "featurize", wait)
+        matrix = await asyncio.to_thread(stage.handle, snapshot, delivery.stream_seq or None)
+        return with_wait(matrix, "featurize", wait)
 
     route = Route(
         kind="snapshots",

@@ -103,8 +103,11 @@ class FeaturizerStage:
             raise StageError(f"unknown cluster {cluster!r}: no cluster spec configured (known: {known})")
         return spec
 
-    def handle(self, snapshot: QueueSnapshot) -> FeatureMatrix:
-        """The FeatureMatrix of ``snapshot``; ``StageError`` if the snapshot cannot be used."""
+    def handle(self, snapshot: QueueSnapshot, snapshot_seq: int | None = None) -> FeatureMatrix:
+        """The FeatureMatrix of ``snapshot``; ``StageError`` if the snapshot cannot be used.
+
+        ``snapshot_seq``: the snapshot's sequence in the snapshots stream (where the placer finds it).
+        """
         t0 = time.perf_counter()
         spec = self.spec_of(snapshot.cluster)
         views, values = featurize(snapshot, spec, self.config, self.node_slack)
@@ -116,12 +119,15 @@ class FeaturizerStage:
                 f"snapshot {snapshot.correlation_id}: features are not finite (an estimate or time "
                 "out of range?)"
             )
+        by_id = {j.job_id: j for j in snapshot.pending}
         fields: dict[str, Any] = {
             "cluster": snapshot.cluster,
             "correlation_id": snapshot.correlation_id,
-            "snapshot": snapshot,
+            "snapshot_time": snapshot.time,
+            "sequence": snapshot.sequence,
+            "snapshot_seq": snapshot_seq,
             "feature_schema_hash": self.schema_hash,
-            "job_ids": views.job_ids,
+            "jobs": tuple(by_id[j] for j in views.job_ids),
             "columns": MATRIX_COLUMNS,
             "values": tuple(map(tuple, rows.tolist())),
             "cluster_columns": CLUSTER_FEATURES,

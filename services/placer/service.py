@@ -1,34 +1,44 @@
 """The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
 jobs, outcomes and model versions.
 
-Order of effects for one vector: decide, store the jobs seen for the first time, publish the
-decision, ack. Storing the decision itself (one row per ranked job: 1,024 rows for a 1,024-job
-queue) is the ``recorder-decisions`` route's work, a separate durable consumer on the placements
-stream: the next vector does not wait for the previous decision's rows. Every write is
-insert-or-ignore and every consumer acks after its write, so a crash anywhere redelivers and every
-decision, job and outcome lands exactly once, also across restarts (a republished decision has the
-same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window).
+Order of effects for one vector: find its snapshot (``shared.bus.snapshots``: every snapshot reaches
+every placer replica as it is published and the newest is decoded while the featurizer and the
+prioritizer work; one not in memory is read from the snapshots stream), decide, store the jobs seen
+for the first time, publish the decision, ack. A vector whose snapshot is gone (superseded in the
+snapshots stream, which keeps the newest per cluster) is stale: it is acked without a decision and
+counted, as latest-wins skips stale snapshots. Storing the decision itself (one row per ranked job:
+1,024 rows for a 1,024-job queue) is the ``recorder-decisions`` route's work, a separate durable
+consumer on the placements stream: the next vector does not wait for the previous decision's rows.
+Every write is insert-or-ignore and every consumer acks after its write, so a crash anywhere
+redelivers and every decision, job and outcome lands exactly once, also across restarts (a
+republished decision has the same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window).
 
 Why the placer records: it is the one pipeline service that owns the database connection; the
-``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding
-and recording into separate processes (``decide`` and ``record`` replicas), so that writing a
-1,024-row decision never holds the GIL of the process that is placing the next one.
+``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding and
+recording into separate processes (``decide`` and ``record`` replicas), so that writing a 1,024-row
+decision never holds the GIL of the process that is placing the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from typing import Any
+
+from prometheus_client import Counter
 
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import PlacerStage
 from shared.bus.consumer import Delivery
+from shared.bus.snapshots import SnapshotCache
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, PriorityVector
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
-from shared.store.writes import record_decision, record_jobs, record_model_version, record_outcome
+from shared.store.writes import record_decision, record_model_version, record_outcome, record_pending
+
+log = logging.getLogger("hylo.placer")
 
 
 class KnownJobs:
@@ -59,19 +69,31 @@ async def build(ctx: ServiceContext) -> Wiring:
     latency = ctx.metrics.decision_seconds
 
     known = KnownJobs()
+    snapshots = SnapshotCache(ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, settings.snapshot_cache)
+    stale = Counter(
+        "hylo_stale_vectors",
+        "Priority vectors acked without a decision: their snapshot was superseded",
+        ["service", "cluster"],
+        registry=ctx.metrics.registry,
+    )
 
     async def on_priorities(vector: PriorityVector, delivery: Delivery) -> None:
         wait = queue_wait_ms(delivery)
-        decision = with_wait(await asyncio.to_thread(stage.handle, vector), "place", wait)
-        snapshot = vector.matrix.snapshot
-        new = known.unknown(snapshot.cluster, [j.job_id for j in snapshot.pending])
-        if new:
-            fresh = snapshot.model_copy(
-                update={"pending": tuple(j for j in snapshot.pending if j.job_id in new)}
+        matrix = vector.matrix
+        stage.spec_of(vector.cluster)  # an unknown cluster is refused (dead letter), not stale
+        snapshot = await snapshots.get(vector.cluster, vector.correlation_id, matrix.snapshot_seq)
+        if snapshot is None:
+            stale.labels(ctx.name, vector.cluster).inc()
+            log.info(
+                "vector %s/%s: its snapshot is superseded, no decision", vector.cluster, vector.correlation_id
             )
+            return
+        decision = with_wait(await asyncio.to_thread(stage.handle, vector, snapshot), "place", wait)
+        new = known.unknown(vector.cluster, list(matrix.job_ids))
+        if new:
             async with engine.begin() as conn:
-                await record_jobs(conn, fresh)
-            known.add(snapshot.cluster, new)
+                await record_pending(conn, vector.cluster, (j for j in matrix.jobs if j.job_id in new))
+            known.add(vector.cluster, new)
         await ctx.publisher.publish(decision)
         latency.labels(ctx.name, decision.cluster).observe(sum(decision.latencies_ms.values()) / 1000.0)
 
@@ -103,7 +125,9 @@ async def build(ctx: ServiceContext) -> Wiring:
     ]
     role = settings.placer_role
     routes = (decide if role != "record" else []) + (record if role != "decide" else [])
-    return Wiring(routes=routes)
+    if role != "record":
+        await snapshots.start()
+    return Wiring(routes=routes, on_stop=snapshots.close)
 
 
 DEFINITION = ServiceDefinition(

@@ -10,7 +10,7 @@ from shared.config import HyloBaseSettings
 
 
 class PlacerServiceSettings(HyloBaseSettings):
-    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``."""
+    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``."""
 
     placement: Literal["best-fit", "cp-sat"] = Field(
         default="cp-sat", description="CP-SAT over the top K jobs, or best-fit in priority order"
@@ -20,4 +20,11 @@ class PlacerServiceSettings(HyloBaseSettings):
         description="decide: only PriorityVector -> PlacementDecision; record: only the recorder "
         "consumers (decisions, outcomes, model versions); all: both in one process. Splitting them "
         "keeps 1,024-row decision writes from competing with placement for this process's GIL",
+    )
+    snapshot_cache: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="recent snapshots kept in memory per cluster (a deciding placer receives every "
+        "snapshot as it is published; older ones are read from the snapshots stream)",
     )

@@ -59,7 +59,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import JobPlacement, PlacementDecision, PriorityVector
-from shared.schemas.snapshot import PendingJob
+from shared.schemas.snapshot import PendingJob, QueueSnapshot
 from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
@@ -317,14 +317,21 @@ class PlacerStage:
 
     # -- the message ----------------------------------------------------------------------------
 
-    def handle(self, vector: PriorityVector, sequence: int | None = None) -> PlacementDecision:
-        """The decision for ``vector``; ``sequence`` defaults to the snapshot's."""
+    def handle(
+        self, vector: PriorityVector, snap: QueueSnapshot, sequence: int | None = None
+    ) -> PlacementDecision:
+        """The decision for ``vector`` against its snapshot ``snap``; ``sequence`` defaults to the
+        snapshot's. ``StageError`` if ``snap`` is not the vector's snapshot or contradicts the spec.
+        """
         t0 = time.perf_counter()
         matrix = vector.matrix
-        snap = matrix.snapshot
+        if (snap.cluster, snap.correlation_id) != (vector.cluster, vector.correlation_id):
+            raise StageError(
+                f"vector {vector.cluster}/{vector.correlation_id} placed against snapshot "
+                f"{snap.cluster}/{snap.correlation_id}"
+            )
         spec = self.spec_of(snap.cluster)
-        by_id = {j.job_id: j for j in snap.pending}
-        jobs = [by_id[j] for j in matrix.job_ids]
+        jobs = matrix.jobs
         submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
         order = rank_order(vector.priorities, submit)
         try:

@@ -21,7 +21,9 @@ from services.prioritizer.models import ModelHolder, checkpoint_sha256
 from services.prioritizer.settings import PrioritizerSettings
 from services.prioritizer.stage import PrioritizerStage
 from shared.bus.consumer import Delivery
+from shared.bus.snapshots import SnapshotCache
 from shared.schemas.messages import FeatureMatrix, ModelVersion, PriorityVector
+from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
@@ -61,11 +63,19 @@ async def build(ctx: ServiceContext) -> Wiring:
     if settings.model_path is not None:
         first_cluster = next(iter(ctx.specs))
         await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
+    # a long queue's model window needs its snapshot: read from the snapshots stream when needed
+    snapshots = SnapshotCache(ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits)
+
+    async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
+        return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
+
     stage = PrioritizerStage(
         base_policy=ctx.settings.base_policy,
         deadline_ms=settings.deadline_ms,
         holder=holder,
         specs=ctx.specs,
+        limits=ctx.publisher.limits,
+        snapshots=snapshot_of,
     )
     fallbacks = ctx.metrics.fallbacks
 

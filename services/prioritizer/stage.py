@@ -8,9 +8,11 @@ it in training and evaluation (``shared.rl.policy``), greedy:
    ``max_queue`` of them are the model's slots;
 2. their features: the matrix rows when the whole queue fits the window (the matrix was computed
    over exactly that queue); for a longer queue they are recomputed over the window's jobs alone
-   from the snapshot the matrix carries (queue-relative features such as ``submit_time`` or
-   ``user_share`` depend on which jobs are queued), which needs the cluster spec (``specs``);
-   without it the matrix rows are used, an approximation;
+   from the matrix's snapshot (queue-relative features such as ``submit_time`` or ``user_share``
+   depend on which jobs are queued), which needs the cluster spec (``specs``) and the snapshot
+   itself, fetched by ``snapshots`` (the service reads it from the snapshots stream; the matrix does
+   not carry it); without a spec the matrix rows are used, an approximation; without the snapshot
+   the base policy decides (a fallback, below);
 3. the feature sampler of the model's schema picks the observation columns from the state;
 4. ``ActorCritic.priorities`` orders the slots (score descending within its ``top_k``, then slot
    order); the jobs beyond the window follow in base order.
@@ -20,7 +22,8 @@ worker thread (one at a time) under ``deadline_ms``, counted from the start of `
 
 **Fallback**: with no model, a matrix computed under another feature schema than the model's, a
 matrix lacking the model's columns, a model that raises or returns nonsense, a missed deadline, or
-a model still busy with an earlier matrix past its deadline, the configured base policy decides
+a model still busy with an earlier matrix past its deadline, a long queue whose snapshot cannot be
+fetched, the configured base policy decides
 (``shared.policies.snapshot_keys``): ``policy`` is its name, ``model_version`` None and
 ``fallback`` the reason. A matrix the base policy cannot rank (``multifactor`` on a cluster with no
 spec) raises ``StageError``.
@@ -31,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,13 +55,15 @@ from shared.policies.snapshot_keys import (
 )
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import FeatureMatrix, PriorityVector
-from shared.schemas.snapshot import PendingJob
+from shared.schemas.snapshot import PendingJob, QueueSnapshot
 from shared.schemas.stage_error import MAX_REASON, StageError
 from shared.schemas.views import WAYS_COLUMN, snapshot_views
 
 __all__ = ["PrioritizerStage"]
 
 FloatArray = npt.NDArray[np.float64]
+SnapshotSource = Callable[[FeatureMatrix], Awaitable[QueueSnapshot | None]]
+"""Where the stage gets a matrix's snapshot (None: not available)."""
 
 
 class _Unusable(Exception):
@@ -89,6 +94,7 @@ class PrioritizerStage:
         multifactor_weights: MultifactorWeights | None = None,
         f1_origin_s: float = 0.0,
         limits: Limits = DEFAULT_LIMITS,
+        snapshots: SnapshotSource | None = None,
     ) -> None:
         try:
             check_policy(base_policy)
@@ -103,6 +109,7 @@ class PrioritizerStage:
         self.node_slack = node_slack
         self.weights = multifactor_weights or MultifactorWeights()
         self.f1_origin_s = f1_origin_s
+        self.snapshots = snapshots
         self._context = limits.context()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hylo-model")
         self._inflight: concurrent.futures.Future[FloatArray] | None = None
@@ -116,12 +123,10 @@ class PrioritizerStage:
     async def handle(self, matrix: FeatureMatrix) -> PriorityVector:
         """The PriorityVector of ``matrix``; ``StageError`` if not even the base policy can rank it."""
         t0 = time.perf_counter()
-        snap = matrix.snapshot
-        by_id = {j.job_id: j for j in snap.pending}
-        jobs = [by_id[j] for j in matrix.job_ids]
+        jobs = matrix.jobs
         submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
-        spec = self.specs.get(snap.cluster)
-        base_keys = self._keys(self.base_policy, jobs, snap.time, spec)
+        spec = self.specs.get(matrix.cluster)
+        base_keys = self._keys(self.base_policy, jobs, matrix.snapshot_time, spec)
 
         loaded = self.holder.loaded
         priorities: FloatArray | None = None
@@ -134,7 +139,7 @@ class PrioritizerStage:
                 f"model {loaded.version} was trained on {loaded.schema_hash[:12]}"
             )
         elif len(jobs) < 2:
-            model_keys = self._model_base_keys(loaded, jobs, snap.time, spec, base_keys)
+            model_keys = self._model_base_keys(loaded, jobs, matrix.snapshot_time, spec, base_keys)
             priorities = priorities_from_keys(model_keys, submit)  # nothing to order (as in training)
         else:
             priorities, reason = await self._run_model(loaded, matrix, jobs, submit, spec, base_keys, t0)
@@ -205,12 +210,20 @@ class PrioritizerStage:
         busy = self._inflight
         if busy is not None and not busy.done():
             return None, "model busy: an earlier call is still running past its deadline"
-        model_keys = self._model_base_keys(loaded, jobs, matrix.snapshot.time, spec, base_keys)
+        model_keys = self._model_base_keys(loaded, jobs, matrix.snapshot_time, spec, base_keys)
+        snapshot: QueueSnapshot | None = None
+        if len(jobs) > loaded.max_queue and spec is not None:  # the window's features need the snapshot
+            snapshot = await self.snapshots(matrix) if self.snapshots is not None else None
+            if snapshot is None:
+                return None, (
+                    f"snapshot {matrix.correlation_id} unavailable: the features of the model's "
+                    f"{loaded.max_queue}-job window of a {len(jobs)}-job queue need it"
+                )
         left = deadline_s - (time.perf_counter() - t0)
         if left <= 0:
             return None, f"missed the {self.deadline_ms:g} ms deadline before the model ran"
         try:
-            future = self._executor.submit(self._score, loaded, matrix, submit, model_keys, spec)
+            future = self._executor.submit(self._score, loaded, matrix, submit, model_keys, spec, snapshot)
         except RuntimeError as err:  # executor shut down
             return None, f"model unavailable: {err}"
         self._inflight = future
@@ -230,12 +243,13 @@ class PrioritizerStage:
         submit: FloatArray,
         model_keys: FloatArray,
         spec: ClusterSpec | None,
+        snapshot: QueueSnapshot | None,
     ) -> FloatArray:
         """Priorities of every matrix row from the model (worker thread; module docstring)."""
         n = len(matrix.job_ids)
         order = base_order(model_keys, submit)
         head = order[: loaded.max_queue]
-        values = self._window_values(loaded, matrix, head, spec)
+        values = self._window_values(loaded, matrix, head, spec, snapshot)
         selection = loaded.sampler.select(values)
         obs, _ = selection.apply(values)
         obs_t = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).unsqueeze(0)
@@ -260,10 +274,10 @@ class PrioritizerStage:
         matrix: FeatureMatrix,
         head: npt.NDArray[np.int64],
         spec: ClusterSpec | None,
+        snap: QueueSnapshot | None,
     ) -> FeatureValues:
         """The feature pool of the window's jobs (rows in ``head`` order), as training computes it."""
-        snap = matrix.snapshot
-        if len(head) < len(matrix.job_ids) and spec is not None:
+        if len(head) < len(matrix.jobs) and spec is not None and snap is not None:
             ids = [matrix.job_ids[r] for r in head.tolist()]
             views = snapshot_views(snap, spec, self.node_slack, set(ids))
             values = compute_features(views.queue, views.cluster, views.now, loaded.feature_config)
@@ -284,4 +298,4 @@ class PrioritizerStage:
         cluster = np.asarray(matrix.cluster_values, dtype=np.float64)[
             [cluster_cols[c] for c in CLUSTER_FEATURES]
         ]
-        return FeatureValues(job, cluster, ways, float(snap.time))
+        return FeatureValues(job, cluster, ways, float(matrix.snapshot_time))

@@ -145,12 +145,24 @@ def mean_score(results: Sequence[EpisodeResult], metric: str, agent: bool) -> fl
     return float(np.nanmean(vals)) if vals else float("nan")
 
 
-def train(runner: EpisodeRunner, cfg: TrainConfig, progress: ProgressHook | None = None) -> TrainResult:
-    """Train an actor-critic on ``runner``'s workload; see the module docstring."""
+def train(
+    runner: EpisodeRunner,
+    cfg: TrainConfig,
+    progress: ProgressHook | None = None,
+    initial_state: dict[str, torch.Tensor] | None = None,
+) -> TrainResult:
+    """Train an actor-critic on ``runner``'s workload; see the module docstring.
+
+    ``initial_state`` (a state dict of the same ``cfg.model`` shape) starts PPO from given weights
+    instead of a random initialization: a warm start by imitation or the fine-tuning of a deployed
+    model.
+    """
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     np_rng = np.random.default_rng(cfg.seed)
     model = ActorCritic(cfg.model).eval()
+    if initial_state is not None:
+        model.load_state_dict(initial_state)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
     fit, validation = split_windows(len(runner.workload.jobs), cfg)
     metric = runner.settings.reward.metrics[0]

@@ -26,7 +26,7 @@ from shared.schemas.messages import (
     PlacementDecision,
     PriorityVector,
 )
-from shared.schemas.snapshot import NodeState, PendingJob, QueueSnapshot, RunningJob
+from shared.schemas.snapshot import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects, validate_cluster_name
 from shared.schemas.views import SnapshotViews, snapshot_views
 
@@ -48,11 +48,13 @@ __all__ = [
     "MessageError",
     "ModelVersion",
     "NodeState",
+    "NodeStates",
     "PendingJob",
     "PlacementDecision",
     "PriorityVector",
     "QueueSnapshot",
     "RunningJob",
+    "RunningJobs",
     "SnapshotViews",
     "StageLatencies",
     "SubjectError",

@@ -13,9 +13,11 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-#: the version written by this build; bump it (and keep reading the old one) when a field changes meaning
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+#: the version written by this build; bump it when a field changes meaning or shape. Version 2 sends a
+#: snapshot's running jobs and nodes as columns (``shared.schemas.snapshot``); version 1 (lists of row
+#: objects) is no longer read: no deployment wrote it, and reading both would cost the fast decoding.
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({2})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

@@ -1,9 +1,12 @@
 """The messages derived from a snapshot, one per pipeline stage, plus outcomes and model versions.
 
-Why each stage embeds its input (a FeatureMatrix holds its snapshot, a PriorityVector its matrix): a
-stage can then run as any number of stateless replicas on any machine, with no shared cache of
-snapshots to look up and no race between a snapshot and the features computed from it. The cost is
-bytes on the wire, bounded by ``Limits.max_message_bytes``.
+Why a FeatureMatrix carries the featurized jobs' requests but not its snapshot (and a PriorityVector
+its matrix): the prioritizer ranks from the jobs and their features alone, and re-sending the
+cluster's running jobs and nodes at every hop made each hop decode about 0.6 MB on the 1,213-node
+openb cluster. The stages that need the whole cluster state (the placer; the prioritizer only when
+it recomputes a model window of a long queue) get the snapshot itself from the snapshots stream:
+``snapshot_seq`` is its sequence there, the correlation id names it (``shared.bus.snapshots``).
+Every stage still runs as any number of stateless replicas on any machine.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from shared.schemas.base import (
     Strict,
 )
 from shared.schemas.limits import check_count, limits_of
-from shared.schemas.snapshot import HARD_MAX_ITEMS, QueueSnapshot, require_unique
+from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJob, QueueSnapshot, require_unique
 
 MAX_FEATURES = 64
 VersionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -47,15 +50,21 @@ def _same_origin(msg: Message, inner: Message, what: str) -> None:
 
 
 class FeatureMatrix(Message):
-    """Per-job features (rows follow ``job_ids``) and cluster features of one snapshot."""
+    """Per-job features (rows follow ``jobs``) and cluster features of one snapshot."""
 
     kind: ClassVar[str] = "features"
 
-    snapshot: QueueSnapshot
+    snapshot_time: FiniteFloat = Field(description="the snapshot's time, seconds on the cluster clock")
+    sequence: int = Field(ge=0, description="the snapshot's per-cluster sequence (latest wins)")
+    snapshot_seq: int | None = Field(
+        default=None, ge=1, description="the snapshot's sequence in the snapshots stream, if it came from it"
+    )
     feature_schema_hash: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{8,64}$")] = Field(
         description="FeatureSchema.hash of the formulas that computed the values"
     )
-    job_ids: tuple[JobId, ...] = Field(max_length=HARD_MAX_ITEMS, description="queued jobs featurized")
+    jobs: tuple[PendingJob, ...] = Field(
+        max_length=HARD_MAX_ITEMS, description="the featurized pending jobs, as the snapshot reported them"
+    )
     columns: tuple[FeatureName, ...] = Field(max_length=MAX_FEATURES)
     values: tuple[tuple[FiniteFloat, ...], ...] = Field(max_length=HARD_MAX_ITEMS)
     cluster_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
@@ -63,20 +72,17 @@ class FeatureMatrix(Message):
     excluded: tuple[ExcludedJob, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     latencies_ms: StageLatencies = Field(default_factory=dict)
 
-    @field_validator("job_ids")
+    @field_validator("jobs")
     @classmethod
-    def _job_limit(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        check_count("job_ids", len(value), limits_of(info).max_jobs)
-        require_unique("job_ids", value)
+    def _job_limit(cls, value: tuple[PendingJob, ...], info: ValidationInfo) -> tuple[PendingJob, ...]:
+        check_count("jobs", len(value), limits_of(info).max_jobs)
+        require_unique("jobs job_id", (j.job_id for j in value))
         return value
 
     @model_validator(mode="after")
     def _shapes(self) -> FeatureMatrix:
-        _same_origin(self, self.snapshot, "snapshot")
-        if len(self.values) != len(self.job_ids):
-            raise ValueError(
-                f"values has {len(self.values)} rows, expected one per job ({len(self.job_ids)})"
-            )
+        if len(self.values) != len(self.jobs):
+            raise ValueError(f"values has {len(self.values)} rows, expected one per job ({len(self.jobs)})")
         width = len(self.columns)
         for i, row in enumerate(self.values):
             if len(row) != width:
@@ -86,11 +92,12 @@ class FeatureMatrix(Message):
                 f"cluster_values has {len(self.cluster_values)} entries, "
                 f"expected {len(self.cluster_columns)} (cluster_columns)"
             )
-        pending = {j.job_id for j in self.snapshot.pending}
-        for job in self.job_ids:
-            if job not in pending:
-                raise ValueError(f"job_ids names {job!r}, which is not pending in the snapshot")
         return self
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        """The featurized jobs' ids, in row order."""
+        return tuple(j.job_id for j in self.jobs)
 
 
 class PriorityVector(Message):
@@ -100,7 +107,7 @@ class PriorityVector(Message):
 
     matrix: FeatureMatrix
     priorities: tuple[FiniteFloat, ...] = Field(
-        max_length=HARD_MAX_ITEMS, description="aligned with matrix.job_ids"
+        max_length=HARD_MAX_ITEMS, description="aligned with matrix.jobs"
     )
     policy: Name = Field(description="'model' or the base policy's name when it decided")
     model_version: VersionName | None = Field(default=None, description="model version used, if any")
@@ -110,10 +117,10 @@ class PriorityVector(Message):
     @model_validator(mode="after")
     def _aligned(self) -> PriorityVector:
         _same_origin(self, self.matrix, "matrix")
-        if len(self.priorities) != len(self.matrix.job_ids):
+        if len(self.priorities) != len(self.matrix.jobs):
             raise ValueError(
-                f"priorities has {len(self.priorities)} entries, expected {len(self.matrix.job_ids)} "
-                "(one per matrix.job_ids)"
+                f"priorities has {len(self.priorities)} entries, expected {len(self.matrix.jobs)} "
+                "(one per matrix.jobs)"
             )
         return self
 

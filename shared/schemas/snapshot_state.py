@@ -148,12 +148,12 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
         e = np.zeros(0, dtype=np.int64)
         return RunningEntries(np.zeros(0), e, e, e, e, e, e)
     # flat lists: numpy reads them much faster than lists of tuples
-    end = np.array([r.est_end_s for r in running], dtype=np.float64)
-    gpus = np.array([r.gpus for r in running], dtype=np.int64)
-    milli = np.array([r.gpu_milli for r in running], dtype=np.int64)
-    count = np.array([len(r.nodes) for r in running], dtype=np.int64)
+    end = np.array(running.est_end_s, dtype=np.float64)
+    gpus = np.array(running.gpus, dtype=np.int64)
+    milli = np.array(running.gpu_milli, dtype=np.int64)
+    count = np.fromiter(map(len, running.nodes), dtype=np.int64, count=n)
     slot_of = layout.slot_of
-    slot = np.array([slot_of[name] for r in running for name in r.nodes], dtype=np.int64)
+    slot = np.array([slot_of[name] for on in running.nodes for name in on], dtype=np.int64)
     job = np.repeat(np.arange(n, dtype=np.int64), count)
     k = np.arange(len(job), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     frac = (milli < WHOLE_GPU_MILLI)[job]
@@ -185,7 +185,8 @@ def snapshot_state(
     layout = node_layout(spec, snapshot.nodes)
     state = ClusterState(spec, set(track))
     usable_slots = np.zeros(int(layout.offsets[-1]), dtype=bool)
-    up = [layout.slot(n.name) for n in snapshot.nodes if n.state == "up"]
+    nodes = snapshot.nodes
+    up = [layout.slot(name) for name, st in zip(nodes.name, nodes.state, strict=True) if st == "up"]
     usable_slots[up] = True
     usable = []
     for k, gs in enumerate(state.groups):

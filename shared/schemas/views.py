@@ -32,7 +32,7 @@ from shared.domain.cluster import ClusterSpec
 from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
 from shared.schemas.messages import ExcludedJob
-from shared.schemas.snapshot import WHOLE, NodeState, PendingJob, QueueSnapshot
+from shared.schemas.snapshot import WHOLE, NodeState, NodeStates, PendingJob, QueueSnapshot
 from shared.sim.binding import fits_empty_group
 
 __all__ = [
@@ -92,17 +92,18 @@ class NodeLayout:
         return self.slot_of[name]
 
 
-def node_layout(spec: ClusterSpec, nodes: Sequence[NodeState]) -> NodeLayout:
+def node_layout(spec: ClusterSpec, nodes: NodeStates) -> NodeLayout:
     """Validate the snapshot's nodes against ``spec`` and lay them out; ValueError names the node."""
     groups = spec.node_groups
     group_index = {g.name: k for k, g in enumerate(groups)}
     n_groups = len(groups)
-    code = np.empty(len(nodes), dtype=np.int64)
-    for pos, node in enumerate(nodes):
-        k = group_index.get(node.group)
-        if k is None:
-            raise ValueError(f"node {node.name!r} is in group {node.group!r}, which the cluster spec lacks")
-        code[pos] = k
+    try:
+        code = np.fromiter(map(group_index.__getitem__, nodes.group), dtype=np.int64, count=len(nodes))
+    except KeyError:
+        bad_at = next(i for i, g in enumerate(nodes.group) if g not in group_index)
+        raise ValueError(
+            f"node {nodes.name[bad_at]!r} is in group {nodes.group[bad_at]!r}, which the cluster spec lacks"
+        ) from None
     reported = np.bincount(code, minlength=n_groups)
     for k, g in enumerate(groups):
         if reported[k] > g.count:
@@ -110,10 +111,10 @@ def node_layout(spec: ClusterSpec, nodes: Sequence[NodeState]) -> NodeLayout:
                 f"snapshot reports {reported[k]} nodes in group {g.name!r}, the spec has {g.count}"
             )
     raw = np.array(
-        [(n.free_gpus, n.free_share_milli, n.free_cpus_milli, n.free_mem_mib) for n in nodes],
+        [nodes.free_gpus, nodes.free_share_milli, nodes.free_cpus_milli, nodes.free_mem_mib],
         dtype=np.int64,
-    ).reshape(len(nodes), 4)
-    up = np.fromiter((n.state == "up" for n in nodes), dtype=bool, count=len(nodes))
+    ).T.reshape(len(nodes), 4)
+    up = np.array(nodes.state, dtype=object) == "up"
     gpus_cap = np.array([g.gpus for g in groups], dtype=np.int64)
     caps = np.stack(
         (
@@ -143,10 +144,10 @@ def node_layout(spec: ClusterSpec, nodes: Sequence[NodeState]) -> NodeLayout:
 
     names: list[list[str | None]] = [[None] * g.count for g in groups]
     index: dict[str, tuple[int, int]] = {}
-    for node, k, i in zip(nodes, code.tolist(), within.tolist(), strict=True):
-        names[k][i] = node.name
-        index[node.name] = (k, i)
-    slot_of = dict(zip((n.name for n in nodes), slot.tolist(), strict=True))
+    for name, k, i in zip(nodes.name, code.tolist(), within.tolist(), strict=True):
+        names[k][i] = name
+        index[name] = (k, i)
+    slot_of = dict(zip(nodes.name, slot.tolist(), strict=True))
     return NodeLayout(
         names=tuple(tuple(n) for n in names),
         index=index,
@@ -374,8 +375,10 @@ def snapshot_views(
     )
     index = layout.index
     # one pass over the running jobs (thousands of them on a big cluster)
-    run = [(index[r.nodes[0]][0], r.gpus * r.gpu_milli, r.est_end_s) for r in snapshot.running]
-    run_group, run_milli, run_end = zip(*run, strict=True) if run else ((), (), ())
+    running = snapshot.running
+    run_group = [index[on[0]][0] for on in running.nodes]
+    run_milli = np.array(running.gpus, dtype=np.int64) * np.array(running.gpu_milli, dtype=np.int64)
+    run_end = running.est_end_s
     cluster = ClusterView(
         gpu_type=np.array([spec.gpu_types.index(g.gpu_type) for g in spec.node_groups], dtype=np.int64),
         gpus_per_node=np.array([g.gpus for g in spec.node_groups], dtype=np.int64),

@@ -17,6 +17,7 @@ from shared.store.writes import (
     record_model_event,
     record_model_version,
     record_outcome,
+    record_pending,
     update_model_version,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "record_model_event",
     "record_model_version",
     "record_outcome",
+    "record_pending",
     "update_model_version",
     "upgrade",
     "upgrade_url",

@@ -9,7 +9,7 @@ inserted through RETURNING, so callers learn whether the message was new.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision
-from shared.schemas.snapshot import QueueSnapshot
+from shared.schemas.snapshot import PendingJob, QueueSnapshot
 from shared.store.models import Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome
 
 CHUNK = 500  # rows per statement: stays under SQLite's bound-parameter limit
@@ -58,10 +58,15 @@ async def ensure_cluster(conn: AsyncConnection, name: str, spec: dict[str, Any] 
 
 async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
     """Record the pending jobs of a snapshot the first time they are seen; returns the new ones."""
-    await ensure_cluster(conn, snapshot.cluster)
+    return await record_pending(conn, snapshot.cluster, snapshot.pending)
+
+
+async def record_pending(conn: AsyncConnection, cluster: str, jobs: Iterable[PendingJob]) -> int:
+    """Record pending jobs of ``cluster`` the first time they are seen; returns the new ones."""
+    await ensure_cluster(conn, cluster)
     rows = [
         {
-            "cluster": snapshot.cluster,
+            "cluster": cluster,
             "job_id": j.job_id,
             "submit_s": j.submit_s,
             "gpus": j.gpus,
@@ -73,7 +78,7 @@ async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
             "partition": j.partition,
             "qos": j.qos,
         }
-        for j in snapshot.pending
+        for j in jobs
     ]
     return await insert_or_ignore(conn, _table(Job), rows, ["cluster", "job_id"])
 

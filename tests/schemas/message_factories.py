@@ -12,11 +12,13 @@ from shared.schemas import (
     Message,
     ModelVersion,
     NodeState,
+    NodeStates,
     PendingJob,
     PlacementDecision,
     PriorityVector,
     QueueSnapshot,
     RunningJob,
+    RunningJobs,
 )
 
 SPEC_DOC = {
@@ -81,8 +83,8 @@ def snapshot(
         time=100.0 + sequence,
         sequence=sequence,
         pending=pending,
-        running=running,
-        nodes=nodes,
+        running=RunningJobs.of(running),
+        nodes=NodeStates.of(nodes),
     )
 
 
@@ -92,9 +94,11 @@ def features(snap: QueueSnapshot | None = None) -> FeatureMatrix:
     return FeatureMatrix(
         cluster=snap.cluster,
         correlation_id=snap.correlation_id,
-        snapshot=snap,
+        snapshot_time=snap.time,
+        sequence=snap.sequence,
+        snapshot_seq=1,
         feature_schema_hash="ab" * 32,
-        job_ids=ids,
+        jobs=snap.pending,
         columns=("wait", "gpus"),
         values=tuple((0.1 * i, 0.5) for i in range(len(ids))),
         cluster_columns=("free_gpus",),

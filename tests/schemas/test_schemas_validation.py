@@ -14,9 +14,11 @@ from shared.schemas import (
     JobOutcome,
     Limits,
     MessageError,
+    NodeStates,
     PendingJob,
     PriorityVector,
     QueueSnapshot,
+    RunningJobs,
     SubjectError,
     Subjects,
     decode,
@@ -62,7 +64,7 @@ def test_unknown_schema_version_is_refused_with_the_supported_ones() -> None:
     assert (
         "schema_version" in err.reason
         and "unsupported schema_version 99" in err.reason
-        and "[1]" in err.reason
+        and "[2]" in err.reason
     )
 
 
@@ -113,16 +115,58 @@ def test_duplicates_and_unknown_nodes_are_refused() -> None:
     doc["pending"][1]["job_id"] = "j0"  # type: ignore[index]
     assert "'j0' appears more than once" in reject(doc).reason
     doc = snapshot_doc()
-    doc["running"][0]["nodes"] = ["ghost"]  # type: ignore[index]
+    doc["running"]["nodes"][0] = ["ghost"]  # type: ignore[index]
     assert "node 'ghost', absent from nodes" in reject(doc).reason
+    doc = snapshot_doc()
+    doc["nodes"]["name"][1] = doc["nodes"]["name"][0]  # type: ignore[index]
+    assert "node name must be unique" in reject(doc).reason
+
+
+def test_running_jobs_and_nodes_travel_as_columns_of_equal_length() -> None:
+    doc = snapshot_doc()
+    assert isinstance(doc["running"], dict) and isinstance(doc["nodes"], dict)
+    assert doc["running"]["job_id"] == ["r0"] and doc["nodes"]["name"] == ["v0", "v1", "t0", "t1"]
+    doc["nodes"]["free_gpus"] = doc["nodes"]["free_gpus"][:3]  # type: ignore[index]
+    assert "nodes.free_gpus has 3 entries, expected 4 (as nodes.name)" in reject(doc).reason
+    doc = snapshot_doc()
+    doc["nodes"]["free_gpus"][2] = 65  # type: ignore[index]
+    err = reject(doc)
+    assert err.errors[0].loc == "nodes.free_gpus.2" and "less than or equal to 64" in err.reason
+    doc = snapshot_doc()
+    doc["running"]["gpu_milli"] = [500]  # type: ignore[index]
+    assert "running job 'r0' (entry 0): gpu_milli 500 < 1000 (a GPU share) requires gpus == 1" in (
+        reject(doc).reason
+    )
+
+
+def test_the_version_1_row_format_is_refused_with_the_field_named() -> None:
+    doc = snapshot_doc()
+    columns = doc["nodes"]
+    assert isinstance(columns, dict)
+    doc["nodes"] = [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    err = reject(doc)
+    assert err.errors[0].loc == "nodes" and "nodes: Input should be an object" in err.reason
+
+
+def test_rows_round_trip_through_the_columns() -> None:
+    snap = snapshot()
+    rows = list(snap.nodes)
+    assert [r.name for r in rows] == list(snap.nodes.name) and rows[3].state == "drain"
+    assert NodeStates.of(rows) == snap.nodes
+    assert RunningJobs.of(list(snap.running)) == snap.running and len(snap.running) == 1
+    assert snap.running[0].nodes == ("v1",) and snap.running[0].gpu_milli == 1000
 
 
 def test_derived_messages_check_their_shapes() -> None:
     fm = features()
     bad_rows = json.loads(encode(fm)) | {"values": [[0.1, 0.2]]}
     assert "values has 1 rows, expected one per job" in reject(bad_rows, FeatureMatrix).reason
-    wrong_origin = json.loads(encode(fm)) | {"correlation_id": "other"}
-    assert "snapshot belongs to cluster" in reject(wrong_origin, FeatureMatrix).reason
+    twice = json.loads(encode(fm))
+    twice["jobs"][1]["job_id"] = twice["jobs"][0]["job_id"]
+    assert "jobs job_id must be unique" in reject(twice, FeatureMatrix).reason
+    wrong_origin = json.loads(encode(priorities(fm)))
+    wrong_origin["matrix"]["correlation_id"] = "other"
+    assert "matrix belongs to cluster" in reject(wrong_origin, PriorityVector).reason
     pv = json.loads(encode(priorities(fm))) | {"priorities": [1.0]}
     assert "priorities has 1 entries, expected 3" in reject(pv, PriorityVector).reason
 

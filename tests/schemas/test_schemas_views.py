@@ -7,7 +7,15 @@ import pytest
 
 from shared.domain.jobs import build_table
 from shared.features import compute_features
-from shared.schemas import NodeState, PendingJob, QueueSnapshot, RunningJob, snapshot_views
+from shared.schemas import (
+    NodeState,
+    NodeStates,
+    PendingJob,
+    QueueSnapshot,
+    RunningJob,
+    RunningJobs,
+    snapshot_views,
+)
 from shared.sim.binding import bind_jobs
 from tests.schemas.message_factories import node, snapshot, tiny_spec
 
@@ -29,8 +37,8 @@ def snap(
         time=50.0,
         sequence=1,
         pending=pending,
-        nodes=nodes or snapshot().nodes,
-        running=running,
+        nodes=NodeStates.of(nodes) if nodes else snapshot().nodes,
+        running=RunningJobs.of(running),
     )
 
 

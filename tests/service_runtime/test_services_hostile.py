@@ -19,11 +19,11 @@ from services.placer.service import DEFINITION as PLACER
 from services.prioritizer.service import DEFINITION as PRIORITIZER
 from shared.schemas import DeadLetter, PlacementDecision, PriorityVector, decode, encode
 from shared.service import ServiceRuntime, ServiceSettings
-from shared.store import create_engine, upgrade
 from shared.store.settings import StoreSettings
 from tests.bus.bus_helpers import read_all
 from tests.conftest_services import Bus
-from tests.schemas.message_factories import SPEC_DOC, features, priorities, snapshot
+from tests.schemas.message_factories import features, priorities, snapshot
+from tests.service_runtime.runtime_helpers import spec_and_store
 
 LIMIT = 256 * 1024
 
@@ -64,12 +64,7 @@ async def ready(client: httpx.AsyncClient, port: int) -> int:
 async def test_a_thousand_hostile_messages_reach_the_dead_letters_and_services_keep_serving(
     bus: Bus, tmp_path: Path
 ) -> None:
-    spec = tmp_path / "c1.yaml"
-    spec.write_text(json.dumps(SPEC_DOC))  # JSON is YAML
-    db = f"sqlite+aiosqlite:///{tmp_path / 'hostile.db'}"
-    engine = create_engine(db)
-    await upgrade(engine)
-    await engine.dispose()
+    spec, db = await spec_and_store(tmp_path, "hostile")
     bus_settings = bus.settings.model_copy(
         update={"subject_root": bus.subjects.root, "max_message_bytes": LIMIT, "max_deliver": 2}
     )
@@ -93,7 +88,8 @@ async def test_a_thousand_hostile_messages_reach_the_dead_letters_and_services_k
             await bus.js.publish(bus.subjects.of(cluster, kind), payload)
             cases.append((kind, fragment))
         snap = snapshot(correlation_id="valid-after")
-        await bus.publisher.publish(features(snap))
+        stored = await bus.publisher.publish(snap)  # the placer places against it
+        await bus.publisher.publish(features(snap).model_copy(update={"snapshot_seq": stored.seq}))
         async with httpx.AsyncClient() as client:
             letters = [
                 decode(DeadLetter, p)

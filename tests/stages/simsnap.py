@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.schemas import NodeState, PendingJob, QueueSnapshot, RunningJob
+from shared.schemas import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
 from shared.sim.binding import BoundWorkload
 from shared.sim.placement import make_placer
 from shared.sim.state import Alloc, ClusterState
@@ -142,6 +142,6 @@ def snapshot_of(
         time=float(now),
         sequence=sequence,
         pending=tuple(pending_job(w, int(j), sim.estimate) for j in queued),
-        running=running,
-        nodes=tuple(nodes),
+        running=RunningJobs.of(running),
+        nodes=NodeStates.of(nodes),
     )

@@ -6,7 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
-from shared.schemas import FeatureMatrix, NodeState, PendingJob, PriorityVector, QueueSnapshot, RunningJob
+from shared.schemas import (
+    FeatureMatrix,
+    NodeState,
+    NodeStates,
+    PendingJob,
+    PriorityVector,
+    QueueSnapshot,
+    RunningJob,
+    RunningJobs,
+)
 from shared.schemas.snapshot_state import snapshot_state
 from shared.sim.placement import alloc_fits
 from shared.sim.state import Alloc
@@ -89,8 +98,8 @@ def snap(
         time=time,
         sequence=7,
         pending=tuple(pending),
-        running=tuple(running),
-        nodes=tuple(nodes),
+        running=RunningJobs.of(running),
+        nodes=NodeStates.of(nodes),
     )
 
 

@@ -37,7 +37,7 @@ def decide(
         priorities if priorities is not None else [float(len(m.job_ids) - k) for k in range(len(m.job_ids))]
     )
     settings = EXACT if placement == "cp-sat" else None
-    return PlacerStage(specs, placement=placement, settings=settings).handle(vector(m, prio))  # type: ignore[arg-type]
+    return PlacerStage(specs, placement=placement, settings=settings).handle(vector(m, prio), s)  # type: ignore[arg-type]
 
 
 def placed(d: PlacementDecision) -> dict[str, tuple[str, ...]]:
@@ -170,10 +170,13 @@ def test_unknown_cluster_and_inconsistent_snapshot_raise_stage_errors() -> None:
     s = snap([pend("j", 1)], [node("a-0", "a"), node("b-0", "b")])
     m = FeaturizerStage({"two": SPEC}).handle(s)
     with pytest.raises(StageError, match="unknown cluster 'two'"):
-        PlacerStage({"other": SPEC}, placement="best-fit").handle(vector(m, [1.0]))
+        PlacerStage({"other": SPEC}, placement="best-fit").handle(vector(m, [1.0]), s)
     other = two_group_spec().model_copy(update={"node_groups": SPEC.node_groups[:1]})
     with pytest.raises(StageError, match="which the cluster spec lacks"):
-        PlacerStage({"two": other}, placement="best-fit").handle(vector(m, [1.0]))
+        PlacerStage({"two": other}, placement="best-fit").handle(vector(m, [1.0]), s)
+    later = s.model_copy(update={"correlation_id": "c2"})
+    with pytest.raises(StageError, match="vector two/c1 placed against snapshot two/c2"):
+        PlacerStage({"two": SPEC}, placement="best-fit").handle(vector(m, [1.0]), later)
 
 
 def test_snapshot_state_names_round_trip() -> None:
@@ -214,7 +217,7 @@ def test_both_placers_produce_valid_placements_with_the_easy_guarantee(seed: int
     results = {}
     for placement in PLACEMENTS:
         stage = PlacerStage(specs, placement=placement)  # type: ignore[arg-type]
-        d = stage.handle(v)
+        d = stage.handle(v, s)
         results[placement] = d
         # replay the allocations behind the decision: each fits what the earlier ones left
         jobs = [by_id[j] for j in m.job_ids]
@@ -310,6 +313,6 @@ def test_a_failing_cp_sat_solve_leaves_the_decision_to_best_fit(monkeypatch: pyt
         raise RuntimeError("solver bug")
 
     monkeypatch.setattr(stage.cpsat, "place_batch", broken)
-    d = stage.handle(v)
+    d = stage.handle(v, s)
     assert (d.placer, d.placer_status) == ("cp-sat", "ERROR_FALLBACK")
-    assert placed(d) == placed(PlacerStage(specs, placement="best-fit").handle(v)) != {}
+    assert placed(d) == placed(PlacerStage(specs, placement="best-fit").handle(v, s)) != {}

@@ -23,7 +23,7 @@ from shared.model import FeatureSchema as CardFeatures
 from shared.model.checkpoint import WEIGHTS_FILE, file_sha256
 from shared.policies import PolicyContext, make_policy
 from shared.rl.policy import LearnedPolicy
-from shared.schemas import FeatureMatrix, ModelVersion, PriorityVector
+from shared.schemas import FeatureMatrix, ModelVersion, PriorityVector, QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
@@ -278,11 +278,24 @@ def test_model_order_equals_learned_policy_in_the_simulator(max_queue: int, with
     m = FeaturizerStage({"embedded": spec}).handle(snapshot)
     holder = ModelHolder()
     holder.install("v", model, base_policy="fcfs")
-    stage = PrioritizerStage("fcfs", holder=holder, specs={"embedded": spec} if with_spec else None)
+    asked: list[str] = []
+
+    async def source(matrix: FeatureMatrix) -> QueueSnapshot | None:
+        asked.append(matrix.correlation_id)
+        return snapshot
+
+    specs = {"embedded": spec} if with_spec else None
+    stage = PrioritizerStage("fcfs", holder=holder, specs=specs, snapshots=source)
     v = prioritize(stage, m)
     assert (v.policy, v.fallback) == ("model", None)
+    assert asked == ([snapshot.correlation_id] if max_queue < len(queued) else [])
     assert order_of(v) == expected
     fcfs = [str(jobs.ids[q]) for q in queued]
     assert expected != fcfs  # the model did reorder
     if max_queue < len(queued):
         assert order_of(v)[max_queue:] == [j for j in fcfs if j not in expected[:max_queue]]
+        # without its snapshot the window's features cannot be computed as in training: base policy
+        blind = PrioritizerStage("fcfs", holder=holder, specs=specs)
+        fallback = prioritize(blind, m)
+        assert fallback.policy == "fcfs" and fallback.fallback is not None
+        assert "unavailable" in fallback.fallback and order_of(fallback) == fcfs

@@ -1,0 +1,65 @@
+"""SnapshotCache against a real NATS server: snapshots in memory as published, else from the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from shared.bus.snapshots import SnapshotCache
+from shared.schemas import encode
+from tests.bus.bus_helpers import wait_until
+from tests.conftest_services import Bus
+from tests.schemas.message_factories import snapshot
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_published_snapshots_are_held_and_decoded_ahead(bus: Bus) -> None:
+    cache = SnapshotCache(bus.nc, bus.js, bus.subjects, bus.limits, per_cluster=2)
+    await cache.start()
+    try:
+        sent = [snapshot(cluster="c1", correlation_id=f"s{i}", sequence=i) for i in range(1, 4)]
+        for s in sent:
+            await bus.publisher.publish(s)
+        await wait_until(lambda: cache.stats.received == 3)
+        await wait_until(lambda: cache.stats.decoded_ahead >= 1)
+        newest = await cache.get("c1", "s3", None)
+        assert newest == sent[2] and cache.stats.hits == 1
+        # s2 is held raw (only the newest is decoded ahead), s1 was evicted (2 per cluster)
+        assert await cache.get("c1", "s2", None) == sent[1]
+        assert cache.stats.decoded_on_demand + cache.stats.hits == 2
+        assert await cache.get("c1", "s1", None) is None and cache.stats.missing == 1
+        assert await cache.get("other", "s3", None) is None
+    finally:
+        await cache.close()
+
+
+async def test_a_snapshot_not_in_memory_is_read_from_the_stream_by_sequence(bus: Bus) -> None:
+    cache = SnapshotCache(bus.nc, bus.js, bus.subjects, bus.limits)  # never started: stream only
+    first = snapshot(cluster="c1", correlation_id="a", sequence=1)
+    ack = await bus.publisher.publish(first)
+    got = await cache.get("c1", "a", ack.seq)
+    assert got == first and cache.stats.fetched == 1
+    # the stream keeps one snapshot per cluster: once superseded, the old one is gone
+    await bus.publisher.publish(snapshot(cluster="c1", correlation_id="b", sequence=2))
+    assert await cache.get("c1", "a", ack.seq) is None and cache.stats.missing == 1
+    # a sequence that holds another snapshot is refused, not returned under the wrong id
+    ack_c = await bus.publisher.publish(snapshot(cluster="c2", correlation_id="c", sequence=1))
+    assert await cache.get("c2", "not-c", ack_c.seq) is None and cache.stats.invalid == 1
+
+
+async def test_an_invalid_published_snapshot_is_never_returned(bus: Bus) -> None:
+    cache = SnapshotCache(bus.nc, bus.js, bus.subjects, bus.limits)
+    await cache.start()
+    try:
+        doc = json.loads(encode(snapshot(cluster="c1", correlation_id="bad", sequence=1)))
+        doc["nodes"]["free_gpus"][0] = -1
+        subject = bus.subjects.of("c1", "snapshots")
+        await bus.nc.publish(subject, json.dumps(doc).encode(), headers={"Hylo-Correlation-Id": "bad"})
+        await wait_until(lambda: cache.stats.received == 1)
+        await asyncio.sleep(0.05)
+        assert await cache.get("c1", "bad", None) is None and cache.stats.invalid == 1
+    finally:
+        await cache.close()
