@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -41,6 +42,7 @@ from shared.query.schemas import (
     Readiness,
 )
 from shared.query.settings import QuerySettings
+from shared.report import NotMigrated, ReportError, UnknownCluster, load_report_data, render_report
 from shared.schemas.base import CLUSTER_PATTERN
 from shared.store.engine import create_engine
 from shared.store.migrate import current_revision, head_revision
@@ -63,6 +65,7 @@ TAGS = [
     {"name": "jobs", "description": "One job: its request, its outcome and every decision about it."},
     {"name": "models", "description": "Prioritizer model versions and how their decisions turned out."},
     {"name": "clusters", "description": "Clusters known to the store."},
+    {"name": "reports", "description": "A self-contained HTML report of a cluster (docs/report.md)."},
     {"name": "operations", "description": "Health, readiness and Prometheus metrics."},
 ]
 
@@ -311,5 +314,67 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
         values: dict[str, Any] = {**row._mapping, "decision_count": count}
         values["outcomes"] = ModelOutcomes.model_validate(summary) if summary is not None else None
         return ModelDetail.model_validate(values)
+
+    # one report is drawn at a time: matplotlib's font cache and settings are shared by threads, and a
+    # report keeps a CPU core busy for a second or more
+    report_lock = asyncio.Lock()
+
+    @app.get(
+        "/v1/report",
+        tags=["reports"],
+        summary="the HTML report of a cluster",
+        description=(
+            "One self-contained HTML page (figures are PNG data URIs; the page loads nothing), as written by "
+            "`hylo report`: wait, JCT and bounded slowdown per policy / model version and over time, GPU "
+            "utilization, decision latency per stage (p50/p99 over time), fallbacks and their reasons per "
+            "model version, and model promotions. `since`/`until` cut decisions by snapshot time and jobs by "
+            "start time (cluster-clock seconds). Without `cluster`, the only cluster of the store; a store "
+            "with no cluster gives a page that says there is no data."
+        ),
+        response_class=HTMLResponse,
+        responses={
+            200: {
+                "description": "the report page",
+                "content": {"text/html": {"example": '<!DOCTYPE html><html lang="en">...</html>'}},
+            },
+            **NOT_FOUND,
+            **BAD_INPUT,
+            **UNAVAILABLE,
+        },
+    )
+    async def report(
+        request: Request,
+        cluster: Annotated[
+            str | None,
+            Query(
+                pattern=CLUSTER_PATTERN,
+                description="the cluster (default: the only one; 422 when the store has several)",
+                examples=["prod-a"],
+            ),
+        ] = None,
+        since: Annotated[
+            float | None,
+            Query(allow_inf_nan=False, description="from this cluster-clock time (s), inclusive"),
+        ] = None,
+        until: Annotated[
+            float | None,
+            Query(allow_inf_nan=False, description="up to this cluster-clock time (s), exclusive"),
+        ] = None,
+    ) -> HTMLResponse:
+        if since is not None and until is not None and until <= since:
+            raise BadParameter("until", f"expected a time after since={since}", got=until)
+        engine: AsyncEngine = request.app.state.engine
+        try:
+            async with engine.connect() as conn:
+                data = await load_report_data(conn, cluster=cluster, since=since, until=until)
+        except NotMigrated as err:
+            raise HTTPException(503, f"database not migrated: {err}") from None
+        except UnknownCluster as err:
+            raise HTTPException(404, str(err)) from None
+        except ReportError as err:
+            raise BadParameter(err.parameter or "cluster", str(err), got=cluster) from None
+        async with report_lock:
+            page = await asyncio.to_thread(render_report, data)
+        return HTMLResponse(page)
 
     return app
