@@ -10,25 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Table, and_, func, or_, select, text
+from sqlalchemy import Row, and_, func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from shared.query.cursor import Cursor, Order
-from shared.store.models import Cluster, Decision, Job, ModelVersionRow, Outcome
+from shared.store.models import Cluster, Decision, Job, ModelVersionRow, Outcome, table_of
 
-
-def _table(model: type[Any]) -> Table:
-    table = model.__table__
-    assert isinstance(table, Table)
-    return table
-
-
-CLUSTERS = _table(Cluster)
-JOBS = _table(Job)
-DECISIONS = _table(Decision)
-OUTCOMES = _table(Outcome)
-MODELS = _table(ModelVersionRow)
+CLUSTERS = table_of(Cluster)
+JOBS = table_of(Job)
+DECISIONS = table_of(Decision)
+OUTCOMES = table_of(Outcome)
+MODELS = table_of(ModelVersionRow)
 
 
 async def cluster_exists(conn: AsyncConnection, name: str) -> bool:

@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
-from sqlalchemy import Table, case, func, inspect, select
+from sqlalchemy import case, func, inspect, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from shared.domain.cluster import ClusterSpec, SpecError, parse_cluster_spec
-from shared.store.models import Cluster, Decision, ModelVersionEvent, ModelVersionRow, Outcome
+from shared.store.models import Cluster, Decision, ModelVersionEvent, ModelVersionRow, Outcome, table_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -41,17 +41,11 @@ REQUIRED_TABLES = ("clusters", "decisions", "outcomes", "model_versions")
 UNATTRIBUTED = "unattributed"
 
 
-def _table(model: type[Any]) -> Table:
-    table = model.__table__
-    assert isinstance(table, Table)
-    return table
-
-
-CLUSTERS = _table(Cluster)
-DECISIONS = _table(Decision)
-OUTCOMES = _table(Outcome)
-MODELS = _table(ModelVersionRow)
-EVENTS = _table(ModelVersionEvent)
+CLUSTERS = table_of(Cluster)
+DECISIONS = table_of(Decision)
+OUTCOMES = table_of(Outcome)
+MODELS = table_of(ModelVersionRow)
+EVENTS = table_of(ModelVersionEvent)
 
 
 class ReportError(Exception):

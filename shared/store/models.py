@@ -24,6 +24,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     UniqueConstraint,
     func,
 )
@@ -170,3 +171,10 @@ class ModelVersionEvent(Base):
     reason: Mapped[str | None] = mapped_column(String(2048), nullable=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def table_of(model: type[Any]) -> Table:
+    """The Core ``Table`` of a mapped class (what bulk inserts and analyst queries are written on)."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table

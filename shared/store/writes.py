@@ -19,15 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision
 from shared.schemas.snapshot import PendingJob, QueueSnapshot
-from shared.store.models import Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome
+from shared.store.models import Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome, table_of
 
 CHUNK = 500  # rows per statement: stays under SQLite's bound-parameter limit
-
-
-def _table(model: type[Any]) -> Table:
-    table = model.__table__
-    assert isinstance(table, Table)
-    return table
 
 
 async def insert_or_ignore(
@@ -53,7 +47,7 @@ async def insert_or_ignore(
 
 async def ensure_cluster(conn: AsyncConnection, name: str, spec: dict[str, Any] | None = None) -> bool:
     """Register a cluster once; True if it was new."""
-    return await insert_or_ignore(conn, _table(Cluster), [{"name": name, "spec": spec}], ["name"]) == 1
+    return await insert_or_ignore(conn, table_of(Cluster), [{"name": name, "spec": spec}], ["name"]) == 1
 
 
 async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
@@ -80,7 +74,7 @@ async def record_pending(conn: AsyncConnection, cluster: str, jobs: Iterable[Pen
         }
         for j in jobs
     ]
-    return await insert_or_ignore(conn, _table(Job), rows, ["cluster", "job_id"])
+    return await insert_or_ignore(conn, table_of(Job), rows, ["cluster", "job_id"])
 
 
 async def record_decision(conn: AsyncConnection, decision: PlacementDecision) -> int:
@@ -108,7 +102,7 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
         }
         for p in decision.placements
     ]
-    return await insert_or_ignore(conn, _table(Decision), rows, ["correlation_id", "job_id"])
+    return await insert_or_ignore(conn, table_of(Decision), rows, ["correlation_id", "job_id"])
 
 
 async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
@@ -127,12 +121,12 @@ async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
         "gpus": outcome.gpus,
         "status": outcome.status,
     }
-    return await insert_or_ignore(conn, _table(Outcome), [row], ["cluster", "job_id"]) == 1
+    return await insert_or_ignore(conn, table_of(Outcome), [row], ["cluster", "job_id"]) == 1
 
 
 async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bool:
     """Store a model version once, then apply its announced status (idempotent); True if new."""
-    table = _table(ModelVersionRow)
+    table = table_of(ModelVersionRow)
     row = {
         "version": model.version,
         "cluster": model.cluster,
@@ -159,7 +153,7 @@ async def update_model_version(conn: AsyncConnection, version: str, values: Mapp
     Not insert-or-ignore: a state change is not a redelivered message but a decision made once, under
     the registry's lock, and recorded with its event (``record_model_event``) in the same transaction.
     """
-    table = _table(ModelVersionRow)
+    table = table_of(ModelVersionRow)
     result = await conn.execute(update(table).where(table.c.version == version).values(**dict(values)))
     return bool(result.rowcount)
 
@@ -179,7 +173,7 @@ async def record_model_event(
     detail: Mapping[str, Any] | None = None,
 ) -> int:
     """Append one entry to a model version's history; returns its id (the order of events)."""
-    table = _table(ModelVersionEvent)
+    table = table_of(ModelVersionEvent)
     row = {
         "version": version,
         "cluster": cluster,
