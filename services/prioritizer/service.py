@@ -63,8 +63,12 @@ async def build(ctx: ServiceContext) -> Wiring:
     if settings.model_path is not None:
         first_cluster = next(iter(ctx.specs))
         await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
-    # a long queue's model window needs its snapshot: read from the snapshots stream when needed
-    snapshots = SnapshotCache(ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits)
+    # a long queue's model window needs its snapshot: every snapshot is received as it is published
+    # and, while a model is loaded, the newest is decoded while the featurizer works
+    snapshots = SnapshotCache(
+        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, decode_ahead=lambda: holder.loaded is not None
+    )
+    await snapshots.start()
 
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
         return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
@@ -121,7 +125,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             kind="models", model=ModelVersion, durable="prioritizer-models", handle=on_model, per_replica=True
         ),
     ]
-    return Wiring(routes=routes, router=router)
+    return Wiring(routes=routes, router=router, on_stop=snapshots.close)
 
 
 DEFINITION = ServiceDefinition(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.aio.client import Client
@@ -68,8 +69,8 @@ class SnapshotCache:
     """Recent snapshots by (cluster, correlation id); ``start`` subscribes, ``get`` looks one up.
 
     ``per_cluster``: how many recent snapshots of each cluster are kept (raw bytes; the newest is
-    decoded ahead). Without ``start`` the cache only reads from the stream (the prioritizer, which
-    needs a snapshot rarely).
+    decoded ahead while ``decode_ahead()`` says so, always by default; the prioritizer decodes ahead
+    only while a model is loaded). Without ``start`` the cache only reads from the stream.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class SnapshotCache:
         subjects: Subjects,
         limits: Limits = DEFAULT_LIMITS,
         per_cluster: int = 4,
+        decode_ahead: Callable[[], bool] | None = None,
     ) -> None:
         if per_cluster < 1:
             raise ValueError("per_cluster must be >= 1")
@@ -87,6 +89,7 @@ class SnapshotCache:
         self.subjects = subjects
         self.limits = limits
         self.per_cluster = per_cluster
+        self.decode_ahead = decode_ahead or (lambda: True)
         self.stats = SnapshotCacheStats()
         self._clusters: dict[str, _Cluster] = {}
         self._sub: Subscription | None = None
@@ -122,7 +125,7 @@ class SnapshotCache:
         entries.move_to_end(correlation)
         while len(entries) > self.per_cluster:
             entries.popitem(last=False)
-        if self._ahead is None or self._ahead.done():
+        if self.decode_ahead() and (self._ahead is None or self._ahead.done()):
             self._ahead = asyncio.get_running_loop().create_task(self._decode_newest())
 
     async def _decode_newest(self) -> None:

@@ -63,3 +63,21 @@ async def test_an_invalid_published_snapshot_is_never_returned(bus: Bus) -> None
         assert await cache.get("c1", "bad", None) is None and cache.stats.invalid == 1
     finally:
         await cache.close()
+
+
+async def test_decoding_ahead_can_be_switched_off_and_on(bus: Bus) -> None:
+    wanted = [False]
+    cache = SnapshotCache(bus.nc, bus.js, bus.subjects, bus.limits, decode_ahead=lambda: wanted[0])
+    await cache.start()
+    try:
+        first = snapshot(cluster="c1", correlation_id="a", sequence=1)
+        await bus.publisher.publish(first)
+        await wait_until(lambda: cache.stats.received == 1)
+        await asyncio.sleep(0.05)
+        assert cache.stats.decoded_ahead == 0
+        assert await cache.get("c1", "a", None) == first and cache.stats.decoded_on_demand == 1
+        wanted[0] = True  # e.g. the prioritizer loaded a model
+        await bus.publisher.publish(snapshot(cluster="c1", correlation_id="b", sequence=2))
+        await wait_until(lambda: cache.stats.decoded_ahead == 1)
+    finally:
+        await cache.close()
