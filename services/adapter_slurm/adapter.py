@@ -157,6 +157,7 @@ class SlurmAdapter:
             self.band,
             self.filter,
             apply_nodes=self.settings.slurm_apply_nodes,
+            hylo_set=self.managed,
         )
         for job_id, reason in plan.skipped:
             log.debug("job %s not updated: %s", job_id, reason)

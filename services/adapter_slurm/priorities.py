@@ -1,8 +1,15 @@
 """A PlacementDecision -> the ``scontrol update`` calls it needs (pure: no I/O, no clock).
 
-The band: the managed jobs of a decision, in rank order, get ``top, top - step, top - 2 step, ...``
-(never below ``bottom``; when a queue is too long for the step, the step shrinks so the order still
-holds, and only a queue longer than the band itself shares ``bottom`` at its tail). Everything above
+The band: the managed jobs of a decision, in rank order, get strictly decreasing priorities between
+``top`` and ``bottom``. Fewest writes first: every ``scontrol update`` is an RPC to slurmctld, and
+re-numbering a whole queue because one job arrived at its head would send one per queued job. So
+the jobs whose current priorities already decrease in the new rank order (the longest such run, kept
+as they are) keep them, and only the others get new values in the gaps between their kept
+neighbours (``step`` below the neighbour above when it fits, else evenly spaced). When a gap is too
+narrow, or no job keeps its value, the whole queue is laid out afresh: ``top, top - step,
+top - 2 step, ...`` (never below ``bottom``; when a queue is too long for the step, the step shrinks
+so the order still holds, and only a queue longer than the band itself shares ``bottom`` at its
+tail). Everything above
 ``top`` is left free: SLA-bound jobs (excluded QOS) and jobs of unmanaged partitions keep whatever
 Slurm gives them, and an operator who wants them first gives them a QOS/partition weight that puts
 them above ``top``. Priority 0 is never written: for Slurm it means "held".
@@ -14,7 +21,9 @@ safety contract; as a pure function it is tested exhaustively without a cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from bisect import bisect_left
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.adapter_slurm.model import SlurmJob
@@ -46,6 +55,65 @@ class PriorityBand:
             step = max(1, width // (n - 1))
         return [max(self.bottom, self.top - r * step) for r in range(n)]
 
+    def assign(self, current: Sequence[int | None]) -> list[int]:
+        """Priorities for jobs in rank order whose priorities now are ``current`` (None: unknown),
+        changing as few as possible (module docstring)."""
+        n = len(current)
+        usable = [c if c is not None and self.bottom <= c <= self.top else None for c in current]
+        kept = {pos: v for pos in _longest_decreasing(usable) if (v := usable[pos]) is not None}
+        if not kept:
+            return self.priorities(n)
+        out: list[int] = [0] * n
+        bounds = [-1, *sorted(kept), n]  # positions of kept jobs, with sentinels
+        for left, right in itertools.pairwise(bounds):
+            if left >= 0:
+                out[left] = kept[left]
+            k = right - left - 1
+            if k == 0:
+                continue
+            hi = kept.get(left, self.top + 1)
+            lo = kept.get(right, self.bottom - 1)
+            values = self._fill(hi, lo, k, first=left < 0)
+            if values is None:
+                return self.priorities(n)
+            out[left + 1 : right] = values
+        return out
+
+    def _fill(self, hi: int, lo: int, k: int, first: bool) -> list[int] | None:
+        """``k`` strictly decreasing values in the open interval (lo, hi); None if there is no room."""
+        start = hi - 1 if first else hi - self.step
+        if start - self.step * (k - 1) > lo:
+            return [start - self.step * i for i in range(k)]
+        if hi - lo - 1 < k:
+            return None
+        gap = (hi - lo) // (k + 1)
+        return [hi - gap * (i + 1) for i in range(k)]
+
+
+def _longest_decreasing(values: Sequence[int | None]) -> list[int]:
+    """Positions of a longest strictly decreasing subsequence of the non-None ``values`` (O(n log n))."""
+    tails: list[int] = []  # tails[L]: -value at the end of the best run of length L + 1 (increasing)
+    tail_pos: list[int] = []
+    parent = [-1] * len(values)
+    for pos, v in enumerate(values):
+        if v is None:
+            continue
+        key = -v
+        at = bisect_left(tails, key)
+        if at == len(tails):
+            tails.append(key)
+            tail_pos.append(pos)
+        else:
+            tails[at] = key
+            tail_pos[at] = pos
+        parent[pos] = tail_pos[at - 1] if at > 0 else -1
+    run: list[int] = []
+    pos = tail_pos[-1] if tail_pos else -1
+    while pos >= 0:
+        run.append(pos)
+        pos = parent[pos]
+    return run[::-1]
+
 
 @dataclass(frozen=True)
 class Update:
@@ -72,11 +140,14 @@ def plan_updates(
     jobs_filter: JobFilter,
     *,
     apply_nodes: bool = False,
+    hylo_set: Collection[str] | None = None,
 ) -> Plan:
     """The updates a decision asks for, given the last polled jobs and the priorities in place.
 
     ``jobs``: the last poll's jobs by id; ``current``: the priority each job has now (last poll, or
-    what the adapter sent after it). Placements are taken in rank order (ties by job id).
+    what the adapter sent after it). ``hylo_set``: the jobs whose priority Hylo wrote (None: all);
+    only those keep theirs: a priority Slurm computed is recomputed by Slurm (age, fair-share), so a
+    managed job must get one written. Placements are taken in rank order (ties by job id).
     """
     plan = Plan()
     ordered = sorted(decision.placements, key=lambda p: (p.rank, p.job_id))
@@ -97,9 +168,13 @@ def plan_updates(
             plan.skipped.append((placement.job_id, reason))
             continue
         managed.append(placement)
-    for placement, priority in zip(managed, band.priorities(len(managed)), strict=True):
+    ours = {
+        p.job_id: current.get(p.job_id) for p in managed if hylo_set is None or p.job_id in hylo_set
+    }
+    priorities = band.assign([ours.get(p.job_id) for p in managed])
+    for placement, priority in zip(managed, priorities, strict=True):
         nodes = placement.nodes if apply_nodes and placement.nodes else None
-        if current.get(placement.job_id) == priority and nodes is None:
+        if ours.get(placement.job_id) == priority and nodes is None:
             plan.unchanged += 1
             continue
         plan.updates.append(Update(placement.job_id, priority, nodes))

@@ -177,6 +177,11 @@ def build_snapshot(
             )
             continue
         states.append(node_state(node, group))
+    if not states:
+        raise ValueError(
+            f"no node of the cluster matches a node group of spec {resolver.spec.name!r}: "
+            "a snapshot needs at least one of its nodes"
+        )
     known = {s.name for s in states}
     job_list = list(jobs)
     waiting = sorted(

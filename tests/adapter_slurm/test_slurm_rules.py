@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.adapter_slurm import values as v
 from services.adapter_slurm.apply import apply_plan, release_argvs, update_argv
@@ -226,11 +229,56 @@ def test_plan_writes_only_managed_pending_jobs_in_rank_order() -> None:
     }
 
 
+def test_assign_keeps_priorities_already_in_order_and_fills_the_gaps() -> None:
+    band = PriorityBand(1000, 1, 10)
+    # nothing known: laid out afresh from the top
+    assert band.assign([None, None, None]) == [1000, 990, 980]
+    # a new job at the head of a queue already in order: only the new job is written (top)
+    assert band.assign([None, 990, 980, 970]) == [1000, 990, 980, 970]
+    # a job moved up from the tail: it alone changes; no step below 1000 is free, so halfway to 990
+    assert band.assign([1000, 970, 990, 980]) == [1000, 995, 990, 980]
+    # a longest run in rank order (900, 400, 300, 100) is kept; 500 goes to the top, the new job a
+    # step below its upper neighbour
+    assert band.assign([500, 900, 400, 300, None, 100]) == [1000, 900, 400, 300, 290, 100]
+    # values outside the band are never kept
+    assert band.assign([5000, 0]) == [1000, 990]
+
+
+def test_assign_renumbers_when_a_gap_is_too_narrow() -> None:
+    band = PriorityBand(1000, 1, 10)
+    # 999 and 998 keep their order but no value fits between them for the new job
+    assert band.assign([999, None, 998]) == band.priorities(3) == [1000, 990, 980]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=120)), min_size=0, max_size=40),
+    st.integers(min_value=1, max_value=7),
+)
+def test_assign_orders_strictly_and_writes_no_more_than_a_renumbering(
+    current: list[int | None], step: int
+) -> None:
+    band = PriorityBand(100, 1, step)
+    got = band.assign(current)
+    assert len(got) == len(current) and all(band.bottom <= v <= band.top for v in got)
+    if len(current) <= band.top - band.bottom + 1:
+        assert all(a > b for a, b in itertools.pairwise(got))  # the rank order holds
+    writes = sum(g != c for g, c in zip(got, current, strict=True))
+    fresh = sum(g != c for g, c in zip(band.priorities(len(current)), current, strict=True))
+    assert writes <= fresh
+
+
 def test_plan_skips_unchanged_priorities_and_sends_nodes_when_configured() -> None:
     jobs = {"1": job("1"), "2": job("2")}
     band = PriorityBand(1000, 1)
     plan = plan_updates(decision("1", "2"), jobs, {"1": 1000, "2": 5}, band, JobFilter())
+    assert plan.updates == [] and plan.unchanged == 2  # already in rank order: nothing to write
+    # a priority Slurm computed (job 2 was never written by Hylo) is not kept: Slurm would change it
+    plan = plan_updates(decision("1", "2"), jobs, {"1": 1000, "2": 5}, band, JobFilter(), hylo_set={"1"})
     assert plan.updates == [Update("2", 999)] and plan.unchanged == 1
+    # swapped: no value fits above 1000 for job 2, so both are laid out afresh
+    plan = plan_updates(decision("2", "1"), jobs, {"1": 1000, "2": 5}, band, JobFilter())
+    assert plan.updates == [Update("2", 1000), Update("1", 999)] and plan.unchanged == 0
     placed = decision("1", "2", nodes={"1": ("p100-0",)})
     plan = plan_updates(placed, jobs, {"1": 1000, "2": 999}, band, JobFilter(), apply_nodes=True)
     assert plan.updates == [Update("1", 1000, ("p100-0",))] and plan.unchanged == 1
