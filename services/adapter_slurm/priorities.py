@@ -168,9 +168,7 @@ def plan_updates(
             plan.skipped.append((placement.job_id, reason))
             continue
         managed.append(placement)
-    ours = {
-        p.job_id: current.get(p.job_id) for p in managed if hylo_set is None or p.job_id in hylo_set
-    }
+    ours = {p.job_id: current.get(p.job_id) for p in managed if hylo_set is None or p.job_id in hylo_set}
     priorities = band.assign([ours.get(p.job_id) for p in managed])
     for placement, priority in zip(managed, priorities, strict=True):
         nodes = placement.nodes if apply_nodes and placement.nodes else None

@@ -1,1 +1,4 @@
-"""Hylo trainer service (built in its own issue)."""
+"""Hylo trainer service: retraining from recorded outcomes, imitation warm start, gated promotion.
+
+``python -m services.trainer`` or ``hylo serve trainer``; ``docs/trainer.md`` describes it.
+"""

@@ -7,6 +7,7 @@ import typer
 from shared.cli.evaluate import evaluate_command
 from shared.cli.models import models_app
 from shared.cli.report import report_command
+from shared.cli.retrain import retrain_command
 from shared.cli.run import run_command, up_command
 from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
@@ -26,6 +27,7 @@ app.command("train")(train_command)
 app.command("evaluate")(evaluate_command)
 app.command("serve")(serve_command)
 app.command("report")(report_command)
+app.command("retrain")(retrain_command)
 app.add_typer(models_app, name="models")
 
 

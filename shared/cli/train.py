@@ -22,7 +22,7 @@ from shared.rl.plots import training_curve
 from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
 from shared.rl.setup import RunSetup, load_runner, make_card
-from shared.rl.trainer import TrainConfig, train
+from shared.rl.trainer import TrainConfig, split_windows, train
 
 
 def _clean(value: float) -> float | None:
@@ -85,6 +85,15 @@ def train_command(
         typer.Option(help="rescale arrival times to this offered load (as hylo simulate --load)"),
     ] = None,
     max_minutes: Annotated[float | None, typer.Option(help="stop after this many minutes")] = None,
+    imitation_epochs: Annotated[
+        int,
+        typer.Option(
+            help="warm start: epochs of supervised imitation of the base policy's order before PPO (0: off)"
+        ),
+    ] = 0,
+    imitation_windows: Annotated[
+        int, typer.Option(help="training windows whose base-policy decisions the imitation learns from")
+    ] = 16,
     out: Annotated[
         Path, typer.Option(help="output folder: checkpoint/, train_log.csv/json, training_curve.png")
     ] = Path("hylo-out/train"),
@@ -111,6 +120,10 @@ def train_command(
         raise fail(str(err)) from None
     if load is not None and load <= 0:
         raise fail(f"--load must be > 0, got {load}")
+    if imitation_epochs < 0:
+        raise fail(f"--imitation-epochs must be >= 0 (0: off), got {imitation_epochs}")
+    if imitation_windows < 1:
+        raise fail(f"--imitation-windows must be >= 1, got {imitation_windows}")
     if placement is not None and placement not in ("first-fit", "best-fit", "cp-sat"):
         raise fail(f"--placement must be first-fit, best-fit or cp-sat, not {placement!r}")
     setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
@@ -159,7 +172,12 @@ def train_command(
                     highlight=False,
                 )
 
-        result = train(runner, cfg, progress=report)
+        initial_state, imitation_info = None, None
+        if imitation_epochs > 0:
+            initial_state, imitation_info = _imitation_warm_start(
+                runner, cfg, imitation_epochs, imitation_windows
+            )
+        result = train(runner, cfg, progress=report, initial_state=initial_state)
 
     keys = sorted({k for row in result.history for k in row})
     with (out / "train_log.csv").open("w", newline="") as handle:
@@ -207,6 +225,8 @@ def train_command(
             "cluster_arg": cluster,
             "ppo": ppo.model_dump(mode="json"),
             "wall_seconds": result.wall_seconds,
+            "imitation_epochs": imitation_epochs,
+            "imitation": imitation_info,
         },
     )
     save_checkpoint(out / "checkpoint", result.best_model, card)
@@ -228,6 +248,8 @@ def train_command(
             "cluster_arg": cluster,
             "ppo": ppo.model_dump(mode="json"),
             "model": model_cfg.model_dump(mode="json"),
+            "imitation_epochs": imitation_epochs,
+            "imitation": imitation_info,
         },
         "history": [{k: _clean(v) for k, v in row.items()} for row in result.history],
         "best_epoch": result.best_epoch,
@@ -236,3 +258,33 @@ def train_command(
     }
     (out / "train_log.json").write_text(json.dumps(log, indent=2))
     console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")
+
+
+def _imitation_warm_start(
+    runner: Any, cfg: TrainConfig, epochs: int, n_windows: int
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Imitation of the base policy on windows of the PPO training range (``shared.imitation``)."""
+    from shared.imitation import ImitationConfig, imitate
+
+    fit, _ = split_windows(len(runner.workload.jobs), cfg)
+    try:
+        windows = make_windows(fit, cfg.window_size, n_windows, seed=cfg.seed, overlap=True)
+        with console.status(f"imitating the base policy on {len(windows)} windows ({epochs} epochs)"):
+            res = imitate(runner, windows, cfg.model, ImitationConfig(epochs=epochs, seed=cfg.seed))
+    except ValueError as err:
+        raise fail(f"imitation warm start: {err}") from None
+    last = res.history[-1]
+    console.print(
+        f"imitation: {res.demonstrations} decisions, loss per pick {res.history[0]['nll_per_pick']:.3f} -> "
+        f"{last['nll_per_pick']:.3f}, {res.wall_seconds:.1f}s",
+        highlight=False,
+    )
+    info: dict[str, Any] = {
+        "epochs": epochs,
+        "windows": len(windows),
+        "demonstrations": res.demonstrations,
+        "nll_per_pick_first": _clean(res.history[0]["nll_per_pick"]),
+        "nll_per_pick_last": _clean(last["nll_per_pick"]),
+        "seconds": res.wall_seconds,
+    }
+    return res.state, info

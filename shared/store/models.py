@@ -65,6 +65,8 @@ class Job(Base):
     user_name: Mapped[str] = mapped_column(String(128))
     partition: Mapped[str] = mapped_column(String(128))
     qos: Mapped[str] = mapped_column(String(128))
+    #: allowed GPU types (empty list: any); NULL for rows written before revision 0003
+    gpu_types: Mapped[list[str] | None] = mapped_column(JsonType, nullable=True)
     first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

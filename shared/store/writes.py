@@ -71,6 +71,7 @@ async def record_pending(conn: AsyncConnection, cluster: str, jobs: Iterable[Pen
             "user_name": j.user,
             "partition": j.partition,
             "qos": j.qos,
+            "gpu_types": list(j.gpu_types),
         }
         for j in jobs
     ]
