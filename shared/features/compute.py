@@ -58,20 +58,25 @@ def _log_scale(x: FloatArray, unit: float, horizon: float) -> FloatArray:
     return out
 
 
-def _released_gpus(cluster: ClusterView, now: float, within: FloatArray) -> FloatArray:
+def _released_gpus(
+    cluster: ClusterView, now: float, within: FloatArray, ends_sorted: bool | None = None
+) -> FloatArray:
     """[len(within), n_groups]: GPUs of each group's running jobs estimated to end by ``now + within``.
 
     Each running job falls in the bin of the first (sorted) threshold at or after its end; a
     bincount per (bin, group) and a cumulative sum over the bins give every threshold's released
     GPUs. Running jobs sorted by end (as the simulator keeps them) are binned in O(R) without a
-    search; otherwise each is placed by binary search over the thresholds.
+    search; otherwise each is placed by binary search over the thresholds. ``ends_sorted=True``
+    promises sorted ends (``RunningJobs`` keeps them so) and skips the check.
     """
     n_groups = cluster.n_groups
     limit = now + within
     order = np.argsort(limit, kind="stable")
     limits = limit[order]
     end = cluster.run_end_s
-    if len(end) > 1 and not (end[1:] >= end[:-1]).all():
+    if ends_sorted is None:
+        ends_sorted = len(end) <= 1 or bool((end[1:] >= end[:-1]).all())
+    if not ends_sorted:
         k = np.searchsorted(limits, end, side="left")
     else:
         bounds = np.empty(len(limits) + 2, dtype=np.int64)

@@ -176,7 +176,12 @@ class FeatureSampler:
 
     def select(self, values: FeatureValues, rng: np.random.Generator | None = None) -> Selection:
         """The selection for a decision's feature values."""
-        job, critic = self.emphasis(self.state(values))
+        return self.select_state(self.state(values), rng)
+
+    def select_state(self, state: SamplingState, rng: np.random.Generator | None = None) -> Selection:
+        """The selection for a decision's state signals (what ``select`` reads of the values):
+        lets a featurizer choose the columns before computing them."""
+        job, critic = self.emphasis(state)
         if rng is None or self.config.explore == 0 or self.config.mode == "fixed":
             return self._selection(job, critic)
         noise = rng.gumbel(size=len(JOB_FEATURES)) * self.config.explore

@@ -31,9 +31,11 @@ import numpy.typing as npt
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray, QueueView
 
-__all__ = ["Ways", "placement_ways"]
+__all__ = ["Requests", "Ways", "distinct_requests", "placement_ways", "request_ways", "ways_on_empty"]
 
 _BIG = np.int64(1 << 40)
+_I32_MAX = 2**31 - 1
+_NARROW_FROM = 4096  # fit-matrix cells from which the int32 comparison pays for its casts
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,17 +208,39 @@ def _group_sums(values: npt.NDArray[np.generic], group: IntArray, n_groups: int)
 
 
 def _single_node_fit(
-    nodes: _Nodes, partial_g: IntArray, share: IntArray, cpu: IntArray, mem: IntArray
+    nodes: _Nodes, partial_g: IntArray, share: IntArray, cpu: IntArray, mem: IntArray, whole: IntArray
 ) -> tuple[IntArray, IntArray]:
-    """(ways, stranded) [R, n_groups] of requests that need one node: a GPU share and/or CPU+memory.
+    """(ways, stranded) [R, n_groups] of requests that need one node: ``whole`` free whole GPUs (a
+    whole-GPU job that fits one node), a GPU share, and/or CPUs and memory.
 
     One boolean fit matrix; busy nodes are summed per group, idle states weighted by their count.
+    Nodes short of the smallest request in some resource fit none and are dropped first (exactly:
+    they add nothing to the ways or to the GPUs inside a fit); on a busy cluster most are.
+
+    A whole-GPU job on one node is the gang rule with M = 1: a node takes part iff its usable GPUs
+    ``u = min(w, C*g//c, Mem*g//m) >= g``, i.e. iff ``w >= g``, ``C >= c`` and ``Mem >= m`` (for
+    c > 0, ``C*g//c >= g`` iff ``C >= c``); the stranded GPUs are then those of the other partially
+    used nodes, as in ``_whole_gpu_fit``.
     """
-    fit = (
-        (nodes.share[None, :] >= share[:, None])
-        & (nodes.cpu[None, :] >= cpu[:, None])
-        & (nodes.mem[None, :] >= mem[:, None])
-    )
+    if len(share) and len(nodes.group):
+        keep = (
+            (nodes.whole >= whole.min())
+            & (nodes.share >= share.min())
+            & (nodes.cpu >= cpu.min())
+            & (nodes.mem >= mem.min())
+        )
+        nodes = nodes.subset(keep)
+    pairs = [(nodes.whole, whole), (nodes.share, share), (nodes.cpu, cpu), (nodes.mem, mem)]
+    if len(share) * len(nodes.group) >= _NARROW_FROM:
+        # large matrices: compare in int32 (twice the SIMD width). Lossless for the nodes' free
+        # resources (bounded by capacities < 2**31, checked); a request above the bound is
+        # clipped to it and still exceeds every node's value, so every comparison is unchanged
+        top = max(int(a.max()) for a, _ in pairs) if len(nodes.group) else 0
+        if top < _I32_MAX:
+            pairs = [(a.astype(np.int32), np.minimum(b, _I32_MAX).astype(np.int32)) for a, b in pairs]
+    fit = np.ones((len(share), len(nodes.group)), dtype=bool)
+    for free, need in pairs:
+        fit &= free[None, :] >= need[:, None]
     n_groups = len(partial_g)
     nb = nodes.n_busy
     busy_group = nodes.group[:nb]
@@ -266,29 +290,41 @@ def _whole_gpu_fit(
     return ways, stranded, feasible
 
 
-def placement_ways(queue: QueueView, cluster: ClusterView, requests: Requests | None = None) -> Ways:
-    """Placement counts of every queued job on the cluster's current free state."""
-    n_groups = cluster.n_groups
-    if queue.eligible.shape[1] != n_groups:
-        raise ValueError(f"queue.eligible has {queue.eligible.shape[1]} groups, the cluster {n_groups}")
-    req = requests if requests is not None else distinct_requests(queue, cluster)
-    g, cpu, mem, whole = req.gpus, req.cpu, req.mem, req.whole
-    r = len(g)
-    nodes = _node_states(cluster)
-    ways_rg = np.zeros((r, n_groups))
-    stranded_rg = np.zeros((r, n_groups))
-    feasible = np.zeros((r, n_groups), dtype=bool)
-    rows = np.flatnonzero(whole)
-    if len(rows):
-        w, s, f = _whole_gpu_fit(nodes, cluster, g[rows], cpu[rows], mem[rows], req.m_nodes[rows])
-        ways_rg[rows], stranded_rg[rows], feasible[rows] = w, s, f & req.need_ok[rows]
-    rows = np.flatnonzero(~whole)
-    if len(rows):
-        share = np.where(g[rows] > 0, req.milli[rows], 0)
-        wi, si = _single_node_fit(nodes, cluster.partial_free_by_group, share, cpu[rows], mem[rows])
-        ways_rg[rows], stranded_rg[rows], feasible[rows] = wi, si, wi > 0
+def request_ways(req: Requests, rows: IntArray, cluster: ClusterView, nodes: _Nodes) -> FloatArray:
+    """[len(rows), n_groups, 3]: nodes that could take part in a placement now, stranded free GPUs,
+    and feasibility (0/1) of requests ``req[rows]`` in every group (all integer-valued).
 
-    # the same requests on the empty cluster (the normalizer of num_ways)
+    Gangs (a whole-GPU request that needs or may use several nodes of some group with GPUs) go
+    through the histogram of ``_whole_gpu_fit``; every single-node request (a share, CPU only, or
+    whole GPUs that one node of every GPU group holds, with no slack to spread) through one fit
+    matrix (``_single_node_fit``). Each row depends on its request only.
+    """
+    g, cpu, mem, whole = req.gpus[rows], req.cpu[rows], req.mem[rows], req.whole[rows]
+    m_nodes = req.m_nodes[rows]
+    gang = whole & ((m_nodes > 1) & (cluster.gpus_per_node > 0)[None, :]).any(axis=1)
+    out = np.zeros((len(rows), cluster.n_groups, 3))
+    sel = np.flatnonzero(gang)
+    if len(sel):
+        r = rows[sel]
+        w, s, f = _whole_gpu_fit(nodes, cluster, g[sel], cpu[sel], mem[sel], m_nodes[sel])
+        out[sel, :, 0], out[sel, :, 1], out[sel, :, 2] = w, s, f & req.need_ok[r]
+    # single-node requests in two fit matrices: whole GPUs (only nodes with a free GPU can fit, a
+    # few on a busy cluster) and the rest (shares, CPU only)
+    for sel in (np.flatnonzero(whole & ~gang), np.flatnonzero(~whole)):
+        if len(sel):
+            gs, ws = g[sel], whole[sel]
+            share = np.where(ws | (gs == 0), 0, req.milli[rows[sel]])
+            wi, si = _single_node_fit(
+                nodes, cluster.partial_free_by_group, share, cpu[sel], mem[sel], np.where(ws, gs, 0)
+            )
+            out[sel, :, 0], out[sel, :, 1], out[sel, :, 2] = wi, si, wi > 0
+    return out
+
+
+def ways_on_empty(req: Requests, cluster: ClusterView) -> FloatArray:
+    """[R, n_groups]: nodes of each group that request r could use on the empty cluster (the
+    normalizer of ``num_ways``). Depends only on the cluster's shape, not its free state."""
+    g, cpu, mem, whole = req.gpus, req.cpu, req.mem, req.whole
     gpn = cluster.gpus_per_node
     cap_cpu = cluster.cpus_per_node_milli
     cap_mem = cluster.mem_per_node_mib
@@ -302,7 +338,19 @@ def placement_ways(queue: QueueView, cluster: ClusterView, requests: Requests | 
     )
     u_empty = np.where(whole[:, None], u_empty_whole, u_empty_other)
     fits_empty = req.need_ok & (req.m_nodes * u_empty >= np.where(whole, g, 1)[:, None])
-    ways_empty_rg = np.where(fits_empty, cluster.node_count[None, :], 0).astype(np.float64)
+    ways_empty_rg: FloatArray = np.where(fits_empty, cluster.node_count[None, :], 0).astype(np.float64)
+    return ways_empty_rg
+
+
+def placement_ways(queue: QueueView, cluster: ClusterView, requests: Requests | None = None) -> Ways:
+    """Placement counts of every queued job on the cluster's current free state."""
+    n_groups = cluster.n_groups
+    if queue.eligible.shape[1] != n_groups:
+        raise ValueError(f"queue.eligible has {queue.eligible.shape[1]} groups, the cluster {n_groups}")
+    req = requests if requests is not None else distinct_requests(queue, cluster)
+    per_req = request_ways(req, np.arange(len(req.gpus)), cluster, _node_states(cluster))
+    ways_rg, stranded_rg, feasible = per_req[:, :, 0], per_req[:, :, 1], per_req[:, :, 2] > 0
+    ways_empty_rg = ways_on_empty(req, cluster)
 
     elig = queue.eligible
     inv = req.inverse

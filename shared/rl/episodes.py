@@ -35,6 +35,10 @@ class EpisodeResult:
     agent_scores: dict[str, float]
     decisions: list[Decision] = field(default_factory=list)
     sim_seconds: float = 0.0
+    #: blocked cycles the policy answered with the base order (not actions, not in ``decisions``)
+    skipped: int = 0
+    #: of ``sim_seconds``, the time the policy spent deciding (features, forward, sampling)
+    policy_seconds: float = 0.0
 
 
 @dataclass
@@ -86,7 +90,7 @@ class EpisodeRunner:
         model: ActorCritic,
         window: Window,
         mode: Mode,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | np.random.Generator | None = None,
         base_policy: str | None = None,
     ) -> LearnedPolicy:
         """The agent for ``window``: the base policy until the window's first submit."""
@@ -101,8 +105,8 @@ class EpisodeRunner:
         """One episode: simulate the agent on ``window``; reward against the cached base run."""
         import time
 
-        generator = torch.Generator().manual_seed(seed)
-        policy = self.learned_policy(model, window, mode, generator)
+        # numpy's stream: the policy samples its orderings in numpy (shared.model.fast)
+        policy = self.learned_policy(model, window, mode, np.random.default_rng(seed))
         t0 = time.perf_counter()
         agent = self.simulate(policy, window)
         wall = time.perf_counter() - t0
@@ -116,6 +120,8 @@ class EpisodeRunner:
             agent_scores=agent_scores,
             decisions=policy.log.decisions,
             sim_seconds=wall,
+            skipped=policy.skipped,
+            policy_seconds=policy.seconds,
         )
 
 

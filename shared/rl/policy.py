@@ -14,10 +14,29 @@ slots:
 Before ``warm_until`` (the first submit of the scored window) it is the base policy, so warm-up
 jobs are scheduled exactly as under the base policy and only the window's decisions are learned.
 A queue of one job has nothing to order: the model is not called and nothing is recorded.
+
+**Blocked cycles** (``skip_blocked``; on by default, except with a controller or a torch-sampled
+run, which keep seeing every cycle as before): when the model's slots are
+the whole queue and no queued job fits the free resources now (``can_schedule_now`` is 0 for every
+job), no order can change what this cycle starts: each job is tried and fails on the raw free state
+whatever comes first (an EASY reservation only adds caps, the committed head only stops the pass
+earlier, and resources only shrink within a cycle). The keys are then the base policy's, the model
+is not called and nothing is recorded: the decision had no effect on the episode, so it is not an
+action for PPO. (The simulator may still differ in whether it re-runs the next idle cycle, which
+its own idle-cycle skip makes harmless to the schedule.)
+
+Speed: features come from a ``WorkloadFeaturizer`` (per-workload precomputation, per-state caches
+keyed by a version renewed in ``on_start``/``on_end``, only the selected columns), the actor from a
+``FastActor`` (the module's kernels without its batch overhead), ranks and samples from numpy. The
+numbers are those of the batch path (``tests/rl/test_rl_fast_policy.py``); with a numpy
+``Generator`` (what ``EpisodeRunner.run`` passes) sampling draws from numpy's stream, with a torch
+``Generator`` (or none) from torch's, as before.
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,15 +45,14 @@ import numpy as np
 import torch
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.features import (
-    FeatureConfig,
-    FeatureSampler,
-    RunningJobs,
-    SimViewBuilder,
-    compute_features,
-)
+from shared.features import FeatureConfig, FeatureSampler, RunningJobs, SimViewBuilder
+from shared.features.fast import Observation, WorkloadFeaturizer
+from shared.features.views import ClusterView
 from shared.model import ActorCritic, order_to_priorities, sample_order
+from shared.model.fast import FastActor, greedy_priorities, order_priorities
+from shared.model.fast import sample_order as sample_order_np
 from shared.policies.base import Policy, PolicyContext
+from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
 
 Mode = Literal["sample", "greedy"]
@@ -60,6 +78,29 @@ class DecisionLog:
         return len(self.decisions)
 
 
+#: versions of free states, unique across policies: policies of one workload share a featurizer,
+#: whose caches are keyed by version
+_VERSIONS = itertools.count(1)
+
+_FEATURIZERS: list[tuple[BoundWorkload, bytes, FeatureConfig, WorkloadFeaturizer]] = []
+
+
+def _featurizer(
+    workload: BoundWorkload, builder: SimViewBuilder, estimate: np.ndarray, config: FeatureConfig
+) -> WorkloadFeaturizer:
+    """The featurizer of a workload and its estimates, built once for every episode over them (a
+    training run simulates the same workload hundreds of times; the precomputation is per job)."""
+    key = np.ascontiguousarray(estimate, dtype=np.float64).tobytes()
+    for w, k, c, fz in _FEATURIZERS:
+        if w is workload and c == config and k == key:
+            return fz
+    fz = WorkloadFeaturizer.for_builder(builder, config)
+    fz.ends_sorted = True  # the policy's RunningJobs keeps them sorted
+    _FEATURIZERS.insert(0, (workload, key, config, fz))
+    del _FEATURIZERS[4:]
+    return fz
+
+
 #: a hook that replaces the model (the Gymnasium env): (obs [n, F], critic [F_crit], now) -> priorities [n]
 Controller = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
 
@@ -80,10 +121,11 @@ class LearnedPolicy(Policy):
         warm_until: float = -np.inf,
         sampler: FeatureSampler | None = None,
         feature_config: FeatureConfig | None = None,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | np.random.Generator | None = None,
         record: bool | None = None,
         controller: Controller | None = None,
         max_queue: int | None = None,
+        skip_blocked: bool | None = None,
     ) -> None:
         if model is None and controller is None:
             raise ValueError("LearnedPolicy needs a model or a controller")
@@ -97,8 +139,19 @@ class LearnedPolicy(Policy):
         self.record = mode == "sample" if record is None else record
         self.controller = controller
         self.max_queue = max_queue or (model.config.max_queue if model is not None else 256)
+        if skip_blocked is None:
+            # a controller sees every cycle; torch-sampled runs (hylo evaluate) keep drawing noise
+            # for blocked cycles, so they repeat the runs made before the skip existed
+            torch_sampled = mode == "sample" and not isinstance(generator, np.random.Generator)
+            skip_blocked = controller is None and not torch_sampled
+        self.skip_blocked = skip_blocked
         self.log = DecisionLog()
         self.name = f"learned/{base.name}"
+        self.actor = FastActor(model) if model is not None else None
+        self.version = 0  # renewed (``touch``) whenever a job starts or ends: the free state changed
+        self.skipped = 0  # blocked cycles answered with the base order (see the module docstring)
+        self.seconds = 0.0  # wall time spent deciding (keys), for the throughput benchmark
+        self._view: tuple[int, ClusterView] | None = None
 
     # -- simulator hooks ------------------------------------------------------------------------
 
@@ -106,6 +159,7 @@ class LearnedPolicy(Policy):
         super().bind(ctx)
         self.base.bind(ctx)
         self.builder = SimViewBuilder(ctx.workload, ctx.estimate)
+        self.featurizer = _featurizer(ctx.workload, self.builder, ctx.estimate, self.feature_config)
         self.est = ctx.estimate
 
     def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:
@@ -114,13 +168,20 @@ class LearnedPolicy(Policy):
         self.allocs = allocs
         self.running = RunningJobs()
         self.log = DecisionLog()
+        self.touch()
+
+    def touch(self) -> None:
+        """The free state changed: a new version, so no cached view or placement count is reused."""
+        self.version = next(_VERSIONS)
 
     def on_start(self, j: int, now: float) -> None:
+        self.version = next(_VERSIONS)
         self.running.add(j, self.allocs[j].group, now + float(self.est[j]))
         if self.base.tracks_jobs:
             self.base.on_start(j, now)
 
     def on_end(self, j: int, now: float) -> None:
+        self.version = next(_VERSIONS)
         self.running.remove(j)
         if self.base.tracks_jobs:
             self.base.on_end(j, now)
@@ -131,41 +192,73 @@ class LearnedPolicy(Policy):
     # -- the decision -----------------------------------------------------------------------------
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
+        t0 = time.perf_counter()
         base_keys = np.asarray(self.base.keys(idx, now), dtype=np.float64)
         if now < self.warm_until or len(idx) < 2:
+            self.seconds += time.perf_counter() - t0
             return base_keys
         base_order = np.argsort(base_keys, kind="stable")
         head = base_order[: self.max_queue]
-        priorities = self.prioritize(idx[head], now)
+        priorities = self._decide(idx[head], now, may_skip=len(head) == len(idx))
+        if priorities is None:
+            self.skipped += 1
+            self.seconds += time.perf_counter() - t0
+            return base_keys  # nothing can start whatever the order: the model is not asked
         keys = np.empty(len(idx), dtype=np.float64)
         keys[head] = -priorities  # higher priority first; head keys are <= -1
         keys[base_order[self.max_queue :]] = np.arange(len(idx) - len(head), dtype=np.float64)
+        self.seconds += time.perf_counter() - t0
         return keys
+
+    def cluster_view(self) -> ClusterView:
+        """The view of the current free state and running jobs (rebuilt only after a change)."""
+        if self._view is None or self._view[0] != self.version:
+            running = self.running
+            view = self.builder.cluster_view(self.state, running.jobs, running.group, running.est_end)
+            self._view = (self.version, view)
+        return self._view[1]
+
+    def features(self, jobs: IntArray, now: float) -> Observation:
+        """Selected features of queued ``jobs`` (slot order) and which of them fit now."""
+        return self.featurizer.observe(jobs, now, self.cluster_view(), self.sampler, self.version)
 
     def observe(self, jobs: IntArray, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Observation ``[n, F_obs]`` and critic features ``[F_crit]`` of queued ``jobs`` (in slot order)."""
-        queue, cluster = self.builder.views(self.state, jobs, self.running)
-        values = compute_features(queue, cluster, now, self.feature_config)
-        obs, critic = self.sampler.select(values).apply(values)
-        return obs.astype(np.float32), critic.astype(np.float32)
+        o = self.features(jobs, now)
+        return o.obs, o.critic
 
     def prioritize(self, jobs: IntArray, now: float) -> np.ndarray:
         """Integer priorities (higher first) of the slots ``jobs``, from the model or the controller."""
-        obs, critic = self.observe(jobs, now)
+        priorities = self._decide(jobs, now, may_skip=False)
+        assert priorities is not None
+        return priorities
+
+    def _decide(self, jobs: IntArray, now: float, may_skip: bool) -> np.ndarray | None:
+        """Priorities of the slots ``jobs``; None when ``may_skip`` and no job can start now."""
+        o = self.featurizer.observe_unless_blocked(
+            jobs, now, self.cluster_view(), self.sampler, self.version, may_skip and self.skip_blocked
+        )
+        if o is None:
+            return None  # blocked: no order changes what this cycle starts
         if self.controller is not None:
-            return np.asarray(self.controller(obs, critic, now), dtype=np.int64)
-        assert self.model is not None
-        obs_t = torch.from_numpy(obs).unsqueeze(0)
+            return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64)
+        assert self.model is not None and self.actor is not None
+        top_k = self.model.config.top_k
+        if self.mode == "greedy":
+            return greedy_priorities(self.actor.scores(o.obs), top_k)
+        gen = self.generator
+        if isinstance(gen, np.random.Generator):
+            order = sample_order_np(self.actor.scores(o.obs), top_k, gen)
+            if self.record:
+                self.log.decisions.append(Decision(o.obs, o.critic, order, now))
+            return order_priorities(order, len(jobs))
+        # a torch generator (or torch's global one): the batch path, as before
+        obs_t = torch.from_numpy(o.obs).unsqueeze(0)
         mask = torch.ones((1, len(jobs)), dtype=torch.bool)
         with torch.no_grad():
-            if self.mode == "greedy":
-                prio = self.model.priorities(obs_t, mask)
-                return prio[0].numpy()
             # log-probability and value are computed later, batched (``RolloutBatch.build``): the
             # weights do not change during a rollout, so they are exactly what they would be here
-            order = sample_order(
-                self.model.scores(obs_t, mask), mask, self.model.config.top_k, self.generator
-            )
+            order_t = sample_order(self.model.scores(obs_t, mask), mask, top_k, gen)
         if self.record:
-            self.log.decisions.append(Decision(obs, critic, order[0].numpy().copy(), now))
-        return order_to_priorities(order, mask)[0].numpy()
+            self.log.decisions.append(Decision(o.obs, o.critic, order_t[0].numpy().copy(), now))
+        return order_to_priorities(order_t, mask)[0].numpy()

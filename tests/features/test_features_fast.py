@@ -1,0 +1,141 @@
+"""The per-workload featurizer gives ``compute_features``'s numbers bit for bit, and the fit-matrix
+route of single-node whole-GPU requests gives the histogram's.
+
+Checkpoints were trained on ``compute_features``'s values, so "close" is not enough: every
+comparison here is exact (``np.array_equal``), on random clusters filled by the simulator's own
+placer, random queues (any subset, any order) and random times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from test_features_ways import scenarios
+
+from shared.domain.jobs import build_table
+from shared.features import FeatureSampler, SamplingConfig, SimViewBuilder, compute_features
+from shared.features.fast import WorkloadFeaturizer
+from shared.features.ways import _node_states, _whole_gpu_fit, distinct_requests, request_ways
+from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.sim.placement import make_placer
+from shared.sim.state import ClusterState
+
+
+def _filled(
+    scenario: tuple,
+) -> tuple[BoundWorkload, ClusterState, list[int], list[int], np.random.Generator] | None:  # type: ignore[type-arg]
+    """The scenario's workload, bound, and a cluster state filled with some of its jobs."""
+    spec, rows, n_running, slack, seed = scenario
+    n = len(rows["gpus"])
+    rng = np.random.default_rng(seed)
+    gpus = [g if m == 1000 else 1 for g, m in zip(rows["gpus"], rows["milli"], strict=True)]
+    table = build_table(
+        ids=[f"j{k}" for k in range(n)],
+        submit=rng.uniform(0, 5_000, n).round(1).tolist(),
+        runtime=[100.0] * n,
+        estimate=rng.choice([30.0, 600.0, 7_200.0, 9e5], n).tolist(),
+        gpus=gpus,
+        gpu_milli=rows["milli"],
+        cpus_milli=rows["cpus"],
+        mem_mib=rows["mem"],
+        type_set=rows["type"],
+        type_sets=[(), ("A",), ("B",)],
+        user=rng.integers(0, 4, n).tolist(),
+        vc=rng.integers(0, 3, n).tolist(),
+        vcs=["a", "b", "c"],
+    )
+    bound = bind_jobs(table, spec, node_slack=slack)
+    if len(bound.jobs) == 0:
+        return None
+    state = ClusterState(spec, set(range(len(spec.node_groups))))
+    placer = make_placer("best-fit")
+    jobs = bound.jobs
+    running, run_group = [], []
+    for j in rng.permutation(len(jobs))[:n_running]:
+        a = placer.place(
+            state,
+            int(jobs.gpus[j]),
+            int(jobs.gpu_milli[j]),
+            int(jobs.cpus_milli[j]),
+            int(jobs.mem_mib[j]),
+            bound.class_groups[int(bound.job_class[j])],
+            None,
+            slack,
+        )
+        if a is not None:
+            state.take(a)
+            running.append(int(j))
+            run_group.append(a.group)
+    return bound, state, running, run_group, rng
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_featurizer_equals_compute_features_exactly(scenario: tuple) -> None:  # type: ignore[type-arg]
+    filled = _filled(scenario)
+    if filled is None:
+        return
+    bound, state, running, run_group, rng = filled
+    jobs = bound.jobs
+    builder = SimViewBuilder(bound, jobs.estimate)
+    featurizer = WorkloadFeaturizer.for_builder(builder)
+    now = float(rng.uniform(0, 6_000))
+    ends = np.sort(now + rng.uniform(-50, 5_000, len(running)))  # some past their estimate
+    cv = builder.cluster_view(state, running, run_group, ends)
+    for _ in range(3):
+        queued = rng.permutation(len(jobs))[: int(rng.integers(1, len(jobs) + 1))]
+        reference = compute_features(builder.queue_view(queued), cv, now)
+        for version in (None, 7, 7):  # uncached, then cached under one version
+            values = featurizer.values(queued, now, cv, version)
+            assert np.array_equal(values.job, reference.job)
+            assert np.array_equal(values.cluster, reference.cluster)
+            assert np.array_equal(values.ways, reference.ways)
+        for sampling in (SamplingConfig(), SamplingConfig(mode="fixed")):
+            sampler = FeatureSampler(sampling)
+            selection = sampler.select(reference)
+            obs, critic = selection.apply(reference)
+            o = featurizer.observe(queued, now, cv, sampler)
+            assert o.selection == selection
+            assert o.obs.dtype == np.float32 and o.obs.flags["C_CONTIGUOUS"]
+            assert np.array_equal(o.obs, obs.astype(np.float32))
+            assert np.array_equal(o.critic, critic.astype(np.float32))
+            assert np.array_equal(o.can_now, reference.column("can_schedule_now") == 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_single_node_whole_requests_match_the_histogram_route(scenario: tuple) -> None:  # type: ignore[type-arg]
+    """A whole-GPU request one node holds is the gang rule with M = 1: the fit matrix must give the
+    histogram's ways, stranded GPUs and feasibility."""
+    filled = _filled(scenario)
+    if filled is None:
+        return
+    bound, state, running, run_group, _ = filled
+    builder = SimViewBuilder(bound, bound.jobs.estimate)
+    cv = builder.cluster_view(state, running, run_group, np.zeros(len(running)))
+    req = distinct_requests(builder.all_jobs(), cv)
+    rows = np.flatnonzero(req.whole)
+    if not len(rows):
+        return
+    nodes = _node_states(cv)
+    got = request_ways(req, rows, cv, nodes)
+    w, s, f = _whole_gpu_fit(nodes, cv, req.gpus[rows], req.cpu[rows], req.mem[rows], req.m_nodes[rows])
+    assert np.array_equal(got[:, :, 0], w)
+    assert np.array_equal(got[:, :, 1], s)
+    assert np.array_equal(got[:, :, 2] > 0, f & req.need_ok[rows])
+
+
+def test_cache_is_dropped_when_the_version_changes() -> None:
+    """Equal versions promise an unchanged state; a new version must not reuse placement counts."""
+    from feature_views import cluster_view, queue_view
+
+    qv = queue_view([dict(gpus=2, cpu=0, mem=0, eligible=[0]), dict(gpus=1, cpu=0, mem=0, eligible=[0])], 1)
+    empty = cluster_view(groups=[(2, 2, 8_000, 32_768)], free=[(2, 8_000, 32_768)] * 2)
+    featurizer = WorkloadFeaturizer(qv, empty)
+    full = cluster_view(groups=[(2, 2, 8_000, 32_768)], free=[(0, 0, 0), (1, 4_000, 16_384)])
+    idx = np.arange(2)
+    assert featurizer.values(idx, 0.0, empty, version=1).column("can_schedule_now").tolist() == [1, 1]
+    # the 2-GPU job no longer fits anywhere, the 1-GPU job on node 1 only
+    now_full = featurizer.values(idx, 0.0, full, version=2)
+    assert now_full.column("can_schedule_now").tolist() == [0, 1]
+    assert now_full.ways.tolist() == [0, 1]

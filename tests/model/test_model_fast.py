@@ -1,0 +1,118 @@
+"""The single-decision path (``shared.model.fast``) against the batch path and by hand.
+
+Scores must be the same floats as ``ActorCritic.scores`` (tied scores of saturated units would
+otherwise break differently and change priorities), priorities the same integers as
+``scores_to_priorities``/``order_to_priorities``, and the numpy Gumbel-top-k sample a
+Plackett-Luce sample.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import permutations
+
+import numpy as np
+import pytest
+import torch
+
+from shared.model import ActorCritic, ModelConfig, order_to_priorities, scores_to_priorities
+from shared.model.fast import FastActor, greedy_priorities, order_priorities, sample_order
+
+
+def _model(activation: str, seed: int) -> ActorCritic:
+    torch.manual_seed(seed)
+    model = ActorCritic(ModelConfig(activation=activation))  # type: ignore[arg-type]
+    with torch.no_grad():  # larger weights: saturated units, hence tied scores, occur
+        model.actor[0].weight.mul_(6.0)
+        model.actor[-1].weight.mul_(100.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_fast_scores_are_the_modules_floats(activation: str) -> None:
+    model = _model(activation, seed=1)
+    actor = FastActor(model)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 8, 31, 64, 257, 1024):
+        obs = rng.random((n, 8)).astype(np.float32)
+        obs[rng.random((n, 8)) < 0.3] = 0.0  # features at 0 or 1 are common
+        obs[rng.random((n, 8)) < 0.2] = 1.0
+        for x in (obs, np.asfortranarray(obs)):  # the layout of the caller's array does not matter
+            with torch.no_grad():
+                expected = model.scores(torch.from_numpy(obs)[None], torch.ones(1, n, dtype=torch.bool))[0]
+            assert np.array_equal(actor.scores(x), expected.numpy())
+
+
+def test_fast_actor_sees_weights_loaded_in_place() -> None:
+    model = _model("tanh", seed=1)
+    actor = FastActor(model)
+    obs = np.random.default_rng(1).random((5, 8)).astype(np.float32)
+    before = actor.scores(obs).copy()
+    model.load_state_dict(_model("tanh", seed=2).state_dict())
+    after = actor.scores(obs)
+    assert not np.array_equal(before, after)
+    with torch.no_grad():
+        expected = model.scores(torch.from_numpy(obs)[None], torch.ones(1, 5, dtype=torch.bool))[0]
+    assert np.array_equal(after, expected.numpy())
+
+
+def test_fast_actor_rejects_a_wrong_width() -> None:
+    with pytest.raises(ValueError, match=r"obs must be \[n, 8\]"):
+        FastActor(_model("tanh", 0)).scores(np.zeros((3, 5), dtype=np.float32))
+
+
+def test_greedy_priorities_by_hand() -> None:
+    # slots 1 and 3 tie at 2.0: slot 1 first; top 2 are slots 1 and 3, then 0, 2, 4 in slot order
+    scores = np.array([0.5, 2.0, -1.0, 2.0, 1.0], dtype=np.float32)
+    assert greedy_priorities(scores, None).tolist() == [2, 5, 1, 4, 3]
+    assert greedy_priorities(scores, 2).tolist() == [3, 5, 2, 4, 1]
+
+
+@pytest.mark.parametrize("top_k", [None, 1, 3, 32])
+def test_greedy_priorities_equal_the_batch_path(top_k: int | None) -> None:
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 40, 300):
+        scores = rng.integers(0, 4, n).astype(np.float32)  # many ties
+        expected = scores_to_priorities(
+            torch.from_numpy(scores)[None], torch.ones(1, n, dtype=torch.bool), top_k
+        )
+        assert greedy_priorities(scores, top_k).tolist() == expected[0].tolist()
+
+
+def test_order_priorities_equal_the_batch_path() -> None:
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 6, 50):
+        for k in {1, min(3, n), n}:
+            order = rng.permutation(n)[:k]
+            expected = order_to_priorities(torch.from_numpy(order)[None], torch.ones(1, n, dtype=torch.bool))
+            assert order_priorities(order, n).tolist() == expected[0].tolist()
+
+
+def test_sample_order_is_a_valid_reproducible_truncated_ordering() -> None:
+    scores = np.random.default_rng(5).normal(size=100).astype(np.float32)
+    for top_k in (None, 1, 10, 100, 500):
+        a = sample_order(scores, top_k, np.random.default_rng(9))
+        b = sample_order(scores, top_k, np.random.default_rng(9))
+        assert a.tolist() == b.tolist()
+        assert len(a) == (100 if top_k is None else min(top_k, 100))
+        assert len(set(a.tolist())) == len(a) and a.min() >= 0 and a.max() < 100
+
+
+def test_sample_order_follows_plackett_luce() -> None:
+    """Frequencies of the 6 orderings of 3 jobs against the Plackett-Luce probabilities (by hand:
+    p(a, b, c) = e^{s_a} / (e^{s_a} + e^{s_b} + e^{s_c}) * e^{s_b} / (e^{s_b} + e^{s_c}))."""
+    s = np.array([1.0, 0.0, -0.5], dtype=np.float32)
+    w = np.exp(s.astype(np.float64))
+    rng = np.random.default_rng(11)
+    n = 30_000
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(n):
+        o = tuple(sample_order(s, None, rng).tolist())
+        counts[o] = counts.get(o, 0) + 1
+    for a, b, c in permutations(range(3)):
+        p = w[a] / (w[a] + w[b] + w[c]) * w[b] / (w[b] + w[c])
+        freq = counts.get((a, b, c), 0) / n
+        assert abs(freq - p) < 5 * math.sqrt(p * (1 - p) / n), ((a, b, c), freq, p)
+    # truncated to one pick: a softmax over the jobs
+    firsts = np.bincount([int(sample_order(s, 1, rng)[0]) for _ in range(n)], minlength=3) / n
+    assert np.allclose(firsts, w / w.sum(), atol=5 * math.sqrt(0.25 / n))
