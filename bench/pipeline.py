@@ -19,8 +19,11 @@ next 256 or 1,024 pods of the trace. Two scenarios (``busy_snapshot_source``): `
 scheduling events on a busy live cluster. Without the traces the embedded cluster and its generated
 workload stand in (and the table says so).
 
-Latency: one snapshot at a time; the clock runs from just before the snapshot is published to the
-moment the placement decision for its correlation id arrives (a core NATS subscription on the
+Latency: one snapshot at a time, each published once the recorder has stored the previous decision
+(as on a cluster polled every second or more; on this 2-core machine the recorder's 1,024-row write
+would otherwise share the cores with the next decision: the throughput run measures that case);
+the clock runs from just before the snapshot is published to the moment the placement decision for
+its correlation id arrives (a core NATS subscription on the
 placements subject), so it includes JSON encoding and validation at every hop, JetStream acks, and
 the placer's database write is NOT included (it happens after the decision is published). Reported:
 p50, p99, max, and the median of each stage's own latency as carried in the decision.
@@ -53,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.adapter_sim.snapshot import SnapshotBuilder  # noqa: E402
 from services.adapter_sim.stack import LocalStack  # noqa: E402
-from shared.bus import BusSettings, Publisher, connect, ensure_streams  # noqa: E402
+from shared.bus import BusSettings, Publisher, connect, ensure_streams, stream_name  # noqa: E402
 from shared.domain.jobs import WHOLE_GPU_MILLI  # noqa: E402
 from shared.schemas import Limits, PlacementDecision, QueueSnapshot, Subjects, decode  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
@@ -149,7 +152,19 @@ async def one(ctx: dict[str, Any], snap: QueueSnapshot) -> tuple[float, Placemen
     return (arrived - t0) * 1000.0, decision
 
 
+async def recorded(ctx: dict[str, Any], timeout_s: float = 60.0) -> None:
+    """Wait until the recorder has stored every decision published so far (its consumer is drained)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = await ctx["js"].consumer_info(ctx["placements_stream"], "recorder-decisions")
+        if info.num_pending == 0 and info.num_ack_pending == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError("the recorder did not store the decisions in time")
+
+
 async def latency(ctx: dict[str, Any], src: Any, size: int, samples: int, warmup: int) -> dict[str, Any]:
+    """One snapshot at a time, each published once the previous decision has been stored."""
     ms: list[float] = []
     stages: dict[str, list[float]] = {}
     placed: list[int] = []
@@ -157,6 +172,7 @@ async def latency(ctx: dict[str, Any], src: Any, size: int, samples: int, warmup
     for i in range(warmup + samples):
         seq += 1
         snap = snapshot_of(src, size, "k0", seq, offset=i * 7)
+        await recorded(ctx)
         took, decision = await one(ctx, snap)
         if i < warmup:
             continue
@@ -275,7 +291,12 @@ def main() -> None:
                         fut.set_result((arrived, decision))
 
                 await nc.subscribe(subjects.all_clusters("placements"), cb=on_decision)
-                ctx = {"publisher": Publisher(js, subjects, limits), "waiting": waiting}
+                ctx = {
+                    "publisher": Publisher(js, subjects, limits),
+                    "waiting": waiting,
+                    "js": js,
+                    "placements_stream": stream_name(subjects, "placements"),
+                }
                 for sc, source in sources.items():
                     for size in sizes:
                         console.print(f"latency, {sc}, {size} pending jobs ...")

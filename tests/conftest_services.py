@@ -136,10 +136,29 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
     try:
         yield Bus(nc, js, subjects, settings, limits, Publisher(js, subjects, limits))
     finally:
-        for plan in stream_plans(subjects, settings):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(plan.config.name or "")
+        await delete_namespace(js, subjects.root, settings)
         await nc.close()
+
+
+async def delete_namespace(js: JetStreamContext, root: str, settings: BusSettings) -> None:
+    """Delete the streams of subject root ``root`` (tests share one server: leave nothing behind)."""
+    for plan in stream_plans(Subjects(root), settings):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(plan.config.name or "")
+
+
+def drop_streams(nats_url: str, root: str) -> None:
+    """``delete_namespace`` from synchronous code (services started as processes created them)."""
+
+    async def delete() -> None:
+        settings = bus_settings(nats_url)
+        nc = await connect(settings)
+        try:
+            await delete_namespace(nc.jetstream(), root, settings)
+        finally:
+            await nc.close()
+
+    asyncio.run(delete())
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------

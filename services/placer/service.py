@@ -1,10 +1,10 @@
 """The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
-jobs, outcomes and model versions.
+jobs, outcomes, model versions and shadow models' priorities (``recorder-shadows``).
 
 Order of effects for one vector: find its snapshot (``shared.bus.snapshots``: every snapshot reaches
 every placer replica as it is published and the newest is decoded while the featurizer and the
-prioritizer work; one not in memory is read from the snapshots stream), decide, store the jobs seen
-for the first time, publish the decision, ack. A vector whose snapshot is gone (superseded in the
+prioritizer work; one not in memory is read from the snapshots stream), decide, publish the
+decision, store the jobs seen for the first time, ack. A vector whose snapshot is gone (superseded in the
 snapshots stream, which keeps the newest per cluster) is stale: it is acked without a decision and
 counted, as latest-wins skips stale snapshots. Storing the decision itself (one row per ranked job:
 1,024 rows for a 1,024-job queue) is the ``recorder-decisions`` route's work, a separate durable
@@ -33,11 +33,23 @@ from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import PlacerStage
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
-from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, PriorityVector
+from shared.schemas.messages import (
+    JobOutcome,
+    ModelVersion,
+    PlacementDecision,
+    PriorityVector,
+    ShadowPriorities,
+)
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
-from shared.store.writes import record_decision, record_model_version, record_outcome, record_pending
+from shared.store.writes import (
+    record_decision,
+    record_model_version,
+    record_outcome,
+    record_pending,
+    record_shadow,
+)
 
 log = logging.getLogger("hylo.placer")
 
@@ -95,13 +107,15 @@ async def build(ctx: ServiceContext) -> Wiring:
         # finding the snapshot (memory, decoding, or the stream) is part of the placer's time
         latencies = {**decision.latencies_ms, "place_snapshot": round(lookup_ms, 3)}
         decision = decision.model_copy(update={"latencies_ms": latencies})
+        await ctx.publisher.publish(decision)
+        latency.labels(ctx.name, decision.cluster).observe(sum(decision.latencies_ms.values()) / 1000.0)
+        # the jobs are stored after the decision is out (before the ack: a crash in between redelivers
+        # the vector, whose decision is then a duplicate the stream drops, and stores them)
         new = known.unknown(vector.cluster, list(matrix.job_ids))
         if new:
             async with engine.begin() as conn:
                 await record_pending(conn, vector.cluster, (j for j in matrix.jobs if j.job_id in new))
             known.add(vector.cluster, new)
-        await ctx.publisher.publish(decision)
-        latency.labels(ctx.name, decision.cluster).observe(sum(decision.latencies_ms.values()) / 1000.0)
 
     async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
@@ -114,6 +128,10 @@ async def build(ctx: ServiceContext) -> Wiring:
     async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
             await record_model_version(conn, version)
+
+    async def on_shadow(shadow: ShadowPriorities, _delivery: Delivery) -> None:
+        async with engine.begin() as conn:
+            await record_shadow(conn, shadow)
 
     decide: list[Route[Any]] = [
         Route(
@@ -128,6 +146,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         Route(kind="placements", model=PlacementDecision, durable="recorder-decisions", handle=on_decision),
         Route(kind="outcomes", model=JobOutcome, durable="recorder-outcomes", handle=on_outcome),
         Route(kind="models", model=ModelVersion, durable="recorder-models", handle=on_model),
+        Route(kind="shadows", model=ShadowPriorities, durable="recorder-shadows", handle=on_shadow),
     ]
     role = settings.placer_role
     routes = (decide if role != "record" else []) + (record if role != "decide" else [])

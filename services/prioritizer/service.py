@@ -5,16 +5,30 @@ models subject afterwards (hot reload: the next matrix uses the new model; a mat
 finishes with the one it started with). Every replica must see every announcement, so the models
 route has a consumer per replica. With no model, a model that fails, or a missed deadline, the
 base policy decides and the vector says why (``fallback``); the metrics count those by reason.
+
+**Shadow mode.** A ``ModelVersion`` announced as a ``candidate`` with ``shadow`` set is loaded into a
+second holder (the shadow). For every matrix, once the real vector is computed, the shadow scores
+the same matrix in a background task with a stage of its own (its own model thread, the same
+deadline and base policy, so it is judged as it would run in production) and the result is published
+as ``ShadowPriorities`` on the ``shadows`` subject; the placer's recorder stores it. The real vector
+never depends on the shadow: it is computed first, from the real holder only, and the handler
+returns it without waiting for the shadow. Best-effort: a replica that stops or crashes loses the
+shadow scores of the matrices in flight (at most ``MAX_SHADOW_TASKS``; beyond that a matrix is not
+shadow-scored), and the shadow shares the replica's CPU with the real model. The shadow is dropped
+when its version is announced as a candidate without ``shadow``, retired, or promoted to current
+(it is then the real model).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
+from prometheus_client import Counter
 from pydantic import BaseModel
 
 from services.prioritizer.models import ModelHolder, checkpoint_sha256
@@ -22,7 +36,7 @@ from services.prioritizer.settings import PrioritizerSettings
 from services.prioritizer.stage import PrioritizerStage
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
-from shared.schemas.messages import FeatureMatrix, ModelVersion, PriorityVector
+from shared.schemas.messages import FeatureMatrix, ModelVersion, PriorityVector, ShadowPriorities
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
@@ -30,11 +44,15 @@ from shared.service.latency import queue_wait_ms, with_wait
 
 log = logging.getLogger("hylo.prioritizer")
 
+#: shadow scorings in flight per replica; a matrix arriving beyond this is not shadow-scored
+MAX_SHADOW_TASKS = 4
+
 
 class ModelStatus(BaseModel):
     version: str | None
     base_policy: str
     deadline_ms: float
+    shadow_version: str | None = None
 
 
 def _reason_class(fallback: str) -> str:
@@ -57,60 +75,163 @@ def startup_version(path: str, cluster: str) -> ModelVersion:
     )
 
 
+def shadow_message(
+    matrix: FeatureMatrix,
+    applied: PriorityVector,
+    scored: PriorityVector | None,
+    version: str,
+    reason: str | None,
+    elapsed_ms: float,
+) -> ShadowPriorities:
+    """The ShadowPriorities of ``matrix``: the shadow's priorities when its model scored (``scored``
+    decided by ``model``), else its fallback reason and no priorities."""
+    by_model = scored is not None and scored.policy == "model"
+    if not by_model and reason is None:
+        reason = (scored.fallback if scored is not None else None) or "the shadow model did not score"
+    return ShadowPriorities(
+        cluster=matrix.cluster,
+        correlation_id=matrix.correlation_id,
+        snapshot_time=matrix.snapshot_time,
+        sequence=matrix.sequence,
+        model_version=version,
+        applied_policy=applied.policy,
+        applied_model_version=applied.model_version,
+        job_ids=matrix.job_ids,
+        priorities=scored.priorities if by_model and scored is not None else (),
+        fallback=None if by_model or reason is None else reason[:1024],
+        latencies_ms={"shadow": round(elapsed_ms, 3)},  # the rest is in the applied decision
+    )
+
+
 async def build(ctx: ServiceContext) -> Wiring:
     settings = PrioritizerSettings()
     holder = ModelHolder()
+    shadow = ModelHolder()  # a candidate scored beside the current model, never applied
     if settings.model_path is not None:
         first_cluster = next(iter(ctx.specs))
         await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
     # a long queue's model window needs its snapshot: every snapshot is received as it is published
     # and, while a model is loaded, the newest is decoded while the featurizer works
     snapshots = SnapshotCache(
-        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, decode_ahead=lambda: holder.loaded is not None
+        ctx.nc,
+        ctx.js,
+        ctx.subjects,
+        ctx.publisher.limits,
+        decode_ahead=lambda: holder.loaded is not None or shadow.loaded is not None,
     )
     await snapshots.start()
 
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
         return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
 
-    stage = PrioritizerStage(
-        base_policy=ctx.settings.base_policy,
-        deadline_ms=settings.deadline_ms,
-        holder=holder,
-        specs=ctx.specs,
-        limits=ctx.publisher.limits,
-        snapshots=snapshot_of,
-    )
+    def make_stage(model_holder: ModelHolder) -> PrioritizerStage:
+        return PrioritizerStage(
+            base_policy=ctx.settings.base_policy,
+            deadline_ms=settings.deadline_ms,
+            holder=model_holder,
+            specs=ctx.specs,
+            limits=ctx.publisher.limits,
+            snapshots=snapshot_of,
+        )
+
+    stage = make_stage(holder)
+    shadow_stage = make_stage(shadow)  # its own model thread: never queues behind the real model
     fallbacks = ctx.metrics.fallbacks
+    shadow_counts = Counter(
+        "hylo_shadow_matrices",
+        "Matrices handled while a shadow model was loaded, by what became of the shadow's scoring",
+        ["service", "result"],
+        registry=ctx.metrics.registry,
+    )
+    shadow_tasks: set[asyncio.Task[None]] = set()
+
+    async def score_in_shadow(matrix: FeatureMatrix, applied: PriorityVector, version: str) -> None:
+        """Score ``matrix`` with the shadow and publish the result (a background task; best-effort)."""
+        t0 = time.perf_counter()
+        scored: PriorityVector | None = None
+        reason: str | None = None
+        try:
+            scored = await shadow_stage.handle(matrix)
+        except StageError as err:
+            reason = str(err)
+        if scored is not None and scored.policy != "model" and shadow.loaded is None:
+            shadow_counts.labels(ctx.name, "cleared").inc()  # taken out of shadow mode meanwhile
+            return
+        name = scored.model_version if scored is not None and scored.model_version else version
+        try:
+            message = shadow_message(matrix, applied, scored, name, reason, (time.perf_counter() - t0) * 1e3)
+            await ctx.publisher.publish(message)
+        except Exception as err:  # never let a shadow failure surface anywhere else
+            shadow_counts.labels(ctx.name, "lost").inc()
+            log.warning("shadow scores of %s/%s lost: %s", matrix.cluster, matrix.correlation_id, err)
+            return
+        shadow_counts.labels(ctx.name, "scored" if message.fallback is None else "fallback").inc()
+
+    def start_shadow(matrix: FeatureMatrix, applied: PriorityVector) -> None:
+        loaded = shadow.loaded
+        if loaded is None:
+            return
+        if len(shadow_tasks) >= MAX_SHADOW_TASKS:
+            shadow_counts.labels(ctx.name, "skipped").inc()
+            return
+        task = asyncio.create_task(score_in_shadow(matrix, applied, loaded.version))
+        shadow_tasks.add(task)
+        task.add_done_callback(shadow_tasks.discard)
 
     async def on_features(matrix: FeatureMatrix, delivery: Delivery) -> PriorityVector:
         wait = queue_wait_ms(delivery)
         if matrix.cluster not in ctx.specs:  # every service serves the same cluster map
             raise StageError(f"unknown cluster {matrix.cluster!r}: HYLO_CLUSTERS lists {sorted(ctx.specs)}")
-        vector = await stage.handle(matrix)
+        vector = await stage.handle(matrix)  # the real decision: from the real holder only
         if vector.fallback:
             fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
+        start_shadow(matrix, vector)  # after, and without waiting for it
         return with_wait(vector, "prioritize", wait)
 
     async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
         current = holder.current
+        shadowed = shadow.current
+        is_shadow = shadowed is not None and shadowed[0] == version.version
         if version.status == "current":
+            if is_shadow:  # promoted: it is the real model now
+                shadow.clear()
             try:
                 await asyncio.to_thread(holder.load, version)
             except Exception as err:  # the previous model stays; the announcement is not retried
                 log.error("model %s not loaded: %s", version.version, err)
-        elif version.status == "retired" and current is not None and current[0] == version.version:
-            holder.clear()
+        elif version.status == "retired":
+            if current is not None and current[0] == version.version:
+                holder.clear()
+            if is_shadow:
+                shadow.clear()
+        elif version.shadow:  # a candidate in shadow mode (replaces the previous shadow)
+            try:
+                await asyncio.to_thread(shadow.load, version)
+            except Exception as err:  # the registry no longer names the previous shadow: drop it too
+                shadow.clear()
+                log.error("shadow model %s not loaded (no shadow now): %s", version.version, err)
+        elif is_shadow:  # a candidate taken out of shadow mode
+            shadow.clear()
+
+    async def on_stop() -> None:
+        if shadow_tasks:  # a deadline's worth of time to publish what is in flight, then give up
+            _, pending = await asyncio.wait(set(shadow_tasks), timeout=settings.deadline_ms / 1000 + 0.5)
+            for task in pending:
+                task.cancel()
+        shadow_stage.close()
+        await snapshots.close()
 
     router = APIRouter()
 
     @router.get("/v1/model", response_model=ModelStatus, summary="The model this replica uses now")
     async def model_status() -> ModelStatus:
         current = holder.current
+        shadowed = shadow.current
         return ModelStatus(
             version=current[0] if current else None,
             base_policy=ctx.settings.base_policy,
             deadline_ms=settings.deadline_ms,
+            shadow_version=shadowed[0] if shadowed else None,
         )
 
     routes: list[Route[Any]] = [
@@ -125,7 +246,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             kind="models", model=ModelVersion, durable="prioritizer-models", handle=on_model, per_replica=True
         ),
     ]
-    return Wiring(routes=routes, router=router, on_stop=snapshots.close)
+    return Wiring(routes=routes, router=router, on_stop=on_stop)
 
 
 DEFINITION = ServiceDefinition(

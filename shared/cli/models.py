@@ -1,4 +1,4 @@
-"""``hylo models list|register|promote|rollback|history``: the model registry from the command line.
+"""``hylo models list|register|promote|rollback|shadow|history``: the model registry from the command line.
 
 The database comes from ``HYLO_DATABASE_URL`` (or ``--database-url``), NATS from ``HYLO_NATS_URL``
 and ``HYLO_SUBJECT_ROOT`` (or the options), the cluster from ``HYLO_REGISTRY_CLUSTER`` (or
@@ -26,7 +26,7 @@ from rich.table import Table
 from shared.cli.common import console, fail
 
 if TYPE_CHECKING:
-    from shared.registry import GateResult, PromotionResult, Registry, VersionInfo
+    from shared.registry import GateResult, PromotionResult, Registry, ShadowResult, VersionInfo
 
 T = TypeVar("T")
 
@@ -174,7 +174,8 @@ def _versions_table(rows: list[VersionInfo], title: str) -> Table:
         table.add_row(
             escape(v.version),
             escape(v.cluster or ""),
-            f"[{STATUS_STYLE.get(v.status, '')}]{v.status}[/]",
+            f"[{STATUS_STYLE.get(v.status, '')}]{v.status}[/]"
+            + (" [bold cyan](shadow)[/]" if v.shadow else ""),
             _when(v.created_at),
             escape(promoted),
             escape(_held_out(v.metrics)),
@@ -336,6 +337,37 @@ def rollback_command(
         work, database_url=database_url, nats=True, nats_url=nats_url, subject_root=subject_root, actor=actor
     )
     _report(result)
+
+
+@models_app.command("shadow")
+def shadow_command(
+    version: Annotated[str, typer.Argument(help="the candidate to score beside the current model")],
+    off: Annotated[bool, typer.Option("--off", help="stop scoring it (take it out of shadow mode)")] = False,
+    database_url: DatabaseOpt = None,
+    nats_url: NatsOpt = None,
+    subject_root: RootOpt = None,
+    actor: ActorOpt = None,
+) -> None:
+    """Shadow mode: every prioritizer scores the live queues with a candidate beside the current model.
+
+    Its priorities are stored (table shadow_priorities, view shadow_vs_applied) but never applied;
+    `hylo report` compares them with what was applied. A new shadow replaces the cluster's previous one.
+    """
+
+    async def work(registry: Registry) -> ShadowResult:
+        return await registry.shadow(version, on=not off)
+
+    result = _run(
+        work, database_url=database_url, nats=True, nats_url=nats_url, subject_root=subject_root, actor=actor
+    )
+    if result.on:
+        replaced = f" (replaces {escape(result.replaced)})" if result.replaced else ""
+        console.print(
+            f"[bold cyan]{escape(result.version)} is in shadow mode[/] on cluster {escape(result.cluster)}"
+            f"{replaced}: scored beside the current model, never applied"
+        )
+    else:
+        console.print(f"{escape(result.version)} is out of shadow mode on cluster {escape(result.cluster)}")
 
 
 @models_app.command("history")

@@ -12,6 +12,7 @@ from shared.registry.registry import (
     PromotionResult,
     Registry,
     RegistryError,
+    ShadowResult,
     VersionInfo,
     default_actor,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RegistrySettings",
+    "ShadowResult",
     "VersionInfo",
     "decide",
     "default_actor",

@@ -17,6 +17,10 @@ Why the new ``current`` is announced before the old one's ``retired``: a priorit
 switched to the new model, and the ``retired`` of a model it no longer runs changes nothing, so no
 request is scored by the base policy during a switch.
 
+Shadow mode (``shadow``): a candidate announced with ``shadow`` set is scored by every prioritizer
+beside the current model, never applied; the store marks it (``model_versions.shadow``), one per
+cluster. Its announcements carry a fresh id in their message id for the same reason as below.
+
 Why each announcement's message id carries the event id (``Announcement``): JetStream drops a
 message whose ``Nats-Msg-Id`` it saw within the duplicate window, and ``ModelVersion``'s own id is
 ``models.<cluster>.<version>.<status>``; a rollback re-announces a version as ``current`` that was
@@ -29,6 +33,7 @@ import asyncio
 import getpass
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +90,7 @@ class VersionInfo:
     retired_at: datetime | None
     metrics: dict[str, Any] | None
     reason: str | None
+    shadow: bool | None = None
 
     @classmethod
     def of(cls, row: Any) -> VersionInfo:
@@ -125,6 +131,17 @@ class PromotionResult:
     previous: str | None
     gate: GateResult | None
     published: tuple[PublishResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShadowResult:
+    """What ``shadow`` did: ``on`` is the new state; ``replaced`` the cluster's former shadow, if any."""
+
+    version: str
+    cluster: str
+    on: bool
+    replaced: str | None
+    published: PublishResult
 
 
 def default_actor() -> str:
@@ -370,6 +387,64 @@ class Registry:
             )
         return PromotionResult(target_name, cluster, True, False, name, None, published)
 
+    # -- shadow mode --------------------------------------------------------------------------------
+
+    async def shadow(self, version: str, *, on: bool = True) -> ShadowResult:
+        """Put a candidate in shadow mode (``on``) or take it out: every prioritizer of its cluster
+        then scores the live queues with it beside the current model, without applying its order.
+
+        Only a candidate can be a shadow (a current model is already applied; a retired one would
+        have to be promoted or rolled back to). A cluster has at most one shadow: a new one replaces
+        the previous (the prioritizers hold one), whose row is marked so. The announcement is a
+        ``ModelVersion`` with ``status="candidate"`` and ``shadow`` set, published inside the
+        transaction as promotions are (module docstring); its message id carries a fresh id so that
+        turning a shadow on, off and on again within the duplicate window is not dropped.
+        """
+        publisher = self._need_publisher()
+        target = await self.get(version)
+        if target is None:
+            raise RegistryError(f"no model version {version!r}; `hylo models list` shows the registered ones")
+        if target.status != "candidate":
+            raise RegistryError(
+                f"version {version!r} is {target.status}, not a candidate: only a candidate can run in "
+                "shadow mode (a current model is already applied; register a new candidate instead)"
+            )
+        cluster = self._cluster_of(target)
+        if on:
+            await asyncio.to_thread(_verified_card, Path(target.uri), target.sha256)
+        async with self.engine.begin() as conn:
+            row = await self._lock(conn, cluster, version)
+            m = row._mapping
+            if m["status"] != "candidate":
+                raise RegistryError(f"version {version!r} became {m['status']} meanwhile")
+            others = [
+                r._mapping["version"]
+                for r in await conn.execute(
+                    select(MODELS.c.version).where(
+                        MODELS.c.cluster == cluster, MODELS.c.shadow.is_(True), MODELS.c.version != version
+                    )
+                )
+            ]
+            replaced = others[0] if on and others else None
+            if on:
+                for other in others:
+                    await update_model_version(conn, other, {"shadow": False})
+            await update_model_version(conn, version, {"shadow": on})
+            message = Announcement(
+                cluster=cluster,
+                correlation_id=f"shadow-{'on' if on else 'off'}-{uuid.uuid4().hex[:16]}",
+                version=version,
+                sha256=m["sha256"],
+                uri=m["uri"],
+                status="candidate",
+                card=_json_card(m["card"]),
+                created_at=_aware(m["created_at"]) or _now(),
+                metrics=_message_metrics(m["metrics"]),
+                shadow=on,
+            )
+            published = await publisher.publish(message)
+        return ShadowResult(version, cluster, on, replaced, published)
+
     # -- internals ----------------------------------------------------------------------------------
 
     def _need_publisher(self) -> Publisher:
@@ -452,6 +527,7 @@ class Registry:
             "forced": forced,
             "reason": reason,
             "retired_at": None,
+            "shadow": False,  # a prioritizer stops shadowing a version that becomes current
         }
         if gate is not None:
             values["metrics"] = gate.summary()

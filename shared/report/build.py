@@ -19,6 +19,7 @@ from shared.report import figures
 from shared.report.data import ReportData, load_report_data
 from shared.report.figures import EPOCH_FROM, Plot
 from shared.report.page import Html, data_uri, document, el, esc, num_cell, number, table
+from shared.report.shadow import shadow_section
 from shared.report.stats import (
     METRIC_TITLES,
     METRICS,
@@ -352,6 +353,7 @@ def render_report(data: ReportData) -> str:
     body += _latency_section(data, edges)
     body += sections_fb
     body += _models_section(data)
+    body += shadow_section(data.shadows)
     return document(f"Hylo report: {data.cluster}", body)
 
 

@@ -13,7 +13,9 @@ What is read, for one cluster and an optional window ``since <= t < until`` of t
 - for the GPU timeline, every finished job that *ran* during the window (start < until, end > since);
 - model versions of the cluster and their registry events (``model_version_events``), which are
   wall-clock and not cut by the window;
-- the cluster's GPU capacity, when its spec was stored with it (``clusters.spec``).
+- the cluster's GPU capacity, when its spec was stored with it (``clusters.spec``);
+- shadow mode (migration 0004, optional): every shadow model's ranks of each snapshot in the window,
+  beside the applied decision's rank of the same job and the job's wait where it finished.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from shared.domain.cluster import ClusterSpec, SpecError, parse_cluster_spec
-from shared.store.models import Cluster, Decision, ModelVersionEvent, ModelVersionRow, Outcome, table_of
+from shared.store.models import (
+    Cluster,
+    Decision,
+    ModelVersionEvent,
+    ModelVersionRow,
+    Outcome,
+    ShadowPriority,
+    table_of,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -46,6 +56,7 @@ DECISIONS = table_of(Decision)
 OUTCOMES = table_of(Outcome)
 MODELS = table_of(ModelVersionRow)
 EVENTS = table_of(ModelVersionEvent)
+SHADOWS = table_of(ShadowPriority)
 
 
 class ReportError(Exception):
@@ -137,6 +148,24 @@ class ModelEventRecord:
 
 
 @dataclass(frozen=True)
+class ShadowSnapshot:
+    """One snapshot as a shadow model ranked it, beside what was applied (arrays in shadow rank order).
+
+    ``applied_rank`` is NaN for a job the applied decision does not rank (no decision stored for the
+    snapshot: its vector was stale); ``wait_s`` is NaN for a job with no outcome yet.
+    """
+
+    model_version: str
+    correlation_id: str
+    snapshot_time: float
+    applied_by: str
+    job_ids: tuple[str, ...]
+    shadow_rank: FloatArray
+    applied_rank: FloatArray
+    wait_s: FloatArray
+
+
+@dataclass(frozen=True)
 class ReportData:
     """Everything a report shows, for one cluster and window; ``cluster`` is None for an empty store."""
 
@@ -154,6 +183,8 @@ class ReportData:
     versions: tuple[ModelVersionRecord, ...] = ()
     events: tuple[ModelEventRecord, ...] = ()
     has_event_table: bool = True
+    #: shadow models' rankings of the window's snapshots (empty without shadow mode or migration 0004)
+    shadows: tuple[ShadowSnapshot, ...] = ()
     #: why there is nothing to show, when the store itself is the reason (e.g. never migrated)
     note: str | None = None
 
@@ -347,6 +378,62 @@ async def _events(
     return tuple(events)
 
 
+async def _shadows(
+    conn: AsyncConnection, cluster: str, since: float | None, until: float | None
+) -> tuple[ShadowSnapshot, ...]:
+    s, d, o = SHADOWS, DECISIONS, OUTCOMES
+    stmt = (
+        select(
+            s.c.model_version,
+            s.c.correlation_id,
+            s.c.snapshot_time,
+            s.c.applied_policy,
+            s.c.applied_model_version,
+            s.c.job_id,
+            s.c.rank,
+            d.c.rank.label("applied_rank"),
+            o.c.wait_s,
+        )
+        .select_from(
+            s.outerjoin(d, (d.c.correlation_id == s.c.correlation_id) & (d.c.job_id == s.c.job_id)).outerjoin(
+                o, (o.c.cluster == s.c.cluster) & (o.c.job_id == s.c.job_id)
+            )
+        )
+        .where(s.c.cluster == cluster, *_window(s.c.snapshot_time, since, until))
+        .order_by(s.c.model_version, s.c.snapshot_time, s.c.correlation_id, s.c.rank)
+    )
+    out: list[ShadowSnapshot] = []
+    group: list[Any] = []
+
+    def flush() -> None:
+        if not group:
+            return
+        first = group[0]
+        nan = float("nan")
+        out.append(
+            ShadowSnapshot(
+                model_version=first.model_version,
+                correlation_id=first.correlation_id,
+                snapshot_time=float(first.snapshot_time),
+                applied_by=decided_by(first.applied_policy, first.applied_model_version),
+                job_ids=tuple(r.job_id for r in group),
+                shadow_rank=np.array([r.rank for r in group], dtype=np.float64),
+                applied_rank=np.array(
+                    [nan if r.applied_rank is None else r.applied_rank for r in group], dtype=np.float64
+                ),
+                wait_s=np.array([nan if r.wait_s is None else r.wait_s for r in group], dtype=np.float64),
+            )
+        )
+        group.clear()
+
+    for r in await conn.execute(stmt):
+        if group and (r.model_version, r.correlation_id) != (group[0].model_version, group[0].correlation_id):
+            flush()
+        group.append(r)
+    flush()
+    return tuple(out)
+
+
 async def load_report_data(
     conn: AsyncConnection,
     *,
@@ -402,4 +489,5 @@ async def load_report_data(
         versions=versions,
         events=await _events(conn, name, versions, has_events),
         has_event_table=has_events,
+        shadows=await _shadows(conn, name, since, until) if "shadow_priorities" in tables else (),
     )

@@ -25,6 +25,7 @@ from shared.schemas.messages import (
     ModelVersion,
     PlacementDecision,
     PriorityVector,
+    ShadowPriorities,
 )
 from shared.schemas.snapshot import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects, validate_cluster_name
@@ -55,6 +56,7 @@ __all__ = [
     "QueueSnapshot",
     "RunningJob",
     "RunningJobs",
+    "ShadowPriorities",
     "SnapshotViews",
     "StageLatencies",
     "SubjectError",

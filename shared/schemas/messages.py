@@ -226,12 +226,86 @@ class ModelVersion(Message):
     created_at: datetime
     promoted_at: datetime | None = None
     metrics: dict[FeatureName, FiniteFloat] = Field(default_factory=dict, max_length=64)
+    shadow: bool = Field(
+        default=False,
+        description="a candidate every prioritizer scores beside the current model, without applying it "
+        "(status must be 'candidate')",
+    )
+
+    @model_validator(mode="after")
+    def _shadow_is_candidate(self) -> ModelVersion:
+        if self.shadow and self.status != "candidate":
+            raise ValueError(
+                f"shadow: only a candidate can run in shadow mode, not a {self.status!r} version"
+            )
+        return self
 
     def message_id(self) -> str:
         return f"{self.kind}.{self.cluster}.{self.version}.{self.status}"
 
 
+class ShadowPriorities(Message):
+    """What a shadow model (a candidate scored beside the current model) would have prioritized.
+
+    One per feature matrix the prioritizer handled while a shadow was loaded. Small on purpose: the
+    job ids and priorities only (no features, no snapshot); the matrix and the applied order are
+    already in the priorities stream and the decisions table, under the same correlation id. With
+    ``fallback`` set the shadow model could not score the matrix (the reason, as a PriorityVector's)
+    and ``priorities`` is empty.
+    """
+
+    kind: ClassVar[str] = "shadows"
+
+    snapshot_time: FiniteFloat = Field(description="the snapshot's time, seconds on the cluster clock")
+    sequence: int = Field(ge=0, description="the snapshot's per-cluster sequence")
+    model_version: VersionName = Field(description="the shadow model's version")
+    applied_policy: Name = Field(description="who decided the applied vector: 'model' or the base policy")
+    applied_model_version: VersionName | None = Field(
+        default=None, description="the model version of the applied vector (None: the base policy decided)"
+    )
+    job_ids: tuple[JobId, ...] = Field(
+        max_length=HARD_MAX_ITEMS, description="the matrix's jobs, in row order"
+    )
+    priorities: tuple[FiniteFloat, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="the shadow's, aligned with job_ids (higher first)"
+    )
+    fallback: Reason | None = Field(default=None, description="why the shadow model did not score, if so")
+    latencies_ms: StageLatencies = Field(default_factory=dict)
+
+    @field_validator("job_ids")
+    @classmethod
+    def _job_limit(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        check_count("job_ids", len(value), limits_of(info).max_jobs)
+        require_unique("job_ids", value)
+        return value
+
+    @model_validator(mode="after")
+    def _aligned(self) -> ShadowPriorities:
+        if self.fallback is not None:
+            if self.priorities:
+                raise ValueError(
+                    f"priorities has {len(self.priorities)} entries, expected none with a fallback"
+                )
+        elif len(self.priorities) != len(self.job_ids):
+            raise ValueError(
+                f"priorities has {len(self.priorities)} entries, expected {len(self.job_ids)} "
+                "(one per job_ids) when the shadow model scored"
+            )
+        return self
+
+    def message_id(self) -> str:
+        return f"{self.kind}.{self.cluster}.{self.correlation_id}.{self.model_version}"
+
+
 MESSAGE_TYPES: dict[str, type[Message]] = {
     m.kind: m
-    for m in (QueueSnapshot, FeatureMatrix, PriorityVector, PlacementDecision, JobOutcome, ModelVersion)
+    for m in (
+        QueueSnapshot,
+        FeatureMatrix,
+        PriorityVector,
+        PlacementDecision,
+        JobOutcome,
+        ModelVersion,
+        ShadowPriorities,
+    )
 }

@@ -14,7 +14,7 @@ from typing import Literal, get_args
 
 from shared.schemas.base import CLUSTER_PATTERN
 
-Kind = Literal["snapshots", "features", "priorities", "placements", "outcomes", "models", "dead"]
+Kind = Literal["snapshots", "features", "priorities", "placements", "outcomes", "models", "shadows", "dead"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 API_VERSION = "v1"
 

@@ -1,4 +1,4 @@
-"""The store: decisions, outcomes, jobs, clusters and model versions in SQL, written exactly once.
+"""The store: decisions, outcomes, jobs, model versions and shadow priorities, written exactly once.
 
 Why SQL: analysts join decisions to outcomes with the tools they have (psql, sqlite3, notebooks);
 ``docs/analysts.md`` lists the views and example queries. PostgreSQL (asyncpg) in deployment, SQLite
@@ -7,7 +7,16 @@ Why SQL: analysts join decisions to outcomes with the tools they have (psql, sql
 
 from shared.store.engine import create_engine
 from shared.store.migrate import current_revision, downgrade, head_revision, upgrade, upgrade_url
-from shared.store.models import Base, Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome
+from shared.store.models import (
+    Base,
+    Cluster,
+    Decision,
+    Job,
+    ModelVersionEvent,
+    ModelVersionRow,
+    Outcome,
+    ShadowPriority,
+)
 from shared.store.settings import StoreSettings
 from shared.store.writes import (
     ensure_cluster,
@@ -18,6 +27,8 @@ from shared.store.writes import (
     record_model_version,
     record_outcome,
     record_pending,
+    record_shadow,
+    shadow_ranks,
     update_model_version,
 )
 
@@ -29,6 +40,7 @@ __all__ = [
     "ModelVersionEvent",
     "ModelVersionRow",
     "Outcome",
+    "ShadowPriority",
     "StoreSettings",
     "create_engine",
     "current_revision",
@@ -42,6 +54,8 @@ __all__ = [
     "record_model_version",
     "record_outcome",
     "record_pending",
+    "record_shadow",
+    "shadow_ranks",
     "update_model_version",
     "upgrade",
     "upgrade_url",

@@ -1,4 +1,4 @@
-"""ORM models: clusters, jobs, decisions, outcomes, model versions and their history.
+"""ORM models: clusters, jobs, decisions, outcomes, model versions, their history, shadow priorities.
 
 Why these unique keys: they make every write idempotent. A decision is one job's line in the decision
 for one snapshot, so (correlation_id, job_id) identifies it; a job finishes once, so (cluster, job_id)
@@ -139,6 +139,8 @@ class ModelVersionRow(Base):
     promoted_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     forced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    #: scored in shadow mode beside the current model (migration 0004); NULL on older rows = no
+    shadow: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 #: what ``model_version_events.event`` may say (see ``shared.registry``)
@@ -173,6 +175,37 @@ class ModelVersionEvent(Base):
     reason: Mapped[str | None] = mapped_column(String(2048), nullable=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ShadowPriority(Base):
+    """One job's rank in what a shadow model would have prioritized for one snapshot (migration 0004).
+
+    Unique on (correlation_id, job_id, model_version): a redelivered ``ShadowPriorities`` message
+    stores nothing twice, and two shadow versions of the same snapshot (one replaced by the next
+    mid-stream) both keep their rows. No foreign key to ``clusters``: the shadow recorder may see a
+    snapshot before any decision of its cluster is stored.
+    """
+
+    __tablename__ = "shadow_priorities"
+    __table_args__ = (
+        UniqueConstraint(
+            "correlation_id", "job_id", "model_version", name="uq_shadow_priorities_corr_job_model"
+        ),
+        Index("ix_shadow_priorities_cluster_model", "cluster", "model_version"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(63))
+    correlation_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str] = mapped_column(String(64))
+    snapshot_time: Mapped[float] = mapped_column(Float)
+    sequence: Mapped[int] = mapped_column(BigInteger)
+    rank: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[float] = mapped_column(Float)
+    applied_policy: Mapped[str] = mapped_column(String(128))
+    applied_model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 def table_of(model: type[Any]) -> Table:

@@ -17,17 +17,32 @@ from sqlalchemy import Table, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision
+from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, ShadowPriorities
 from shared.schemas.snapshot import PendingJob, QueueSnapshot
-from shared.store.models import Cluster, Decision, Job, ModelVersionEvent, ModelVersionRow, Outcome, table_of
-
-CHUNK = 500  # rows per statement: stays under SQLite's bound-parameter limit
+from shared.store.models import (
+    Cluster,
+    Decision,
+    Job,
+    ModelVersionEvent,
+    ModelVersionRow,
+    Outcome,
+    ShadowPriority,
+    table_of,
+)
 
 
 async def insert_or_ignore(
     conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]], key: Sequence[str]
 ) -> int:
-    """Insert ``rows``, skipping any that collide on the unique ``key``; returns how many were new."""
+    """Insert ``rows``, skipping any that collide on the unique ``key``; returns how many were new.
+
+    One statement executed for many parameter sets (SQLAlchemy's "insertmanyvalues" batches them
+    into multi-row INSERTs with RETURNING): compiled once, not once per row. A statement built with
+    ``.values(rows)`` instead compiled a bind parameter per value, 230-430 ms of CPU for one
+    1,024-row decision on SQLite, against 30-50 ms this way.
+    """
+    if not rows:
+        return 0
     dialect = conn.dialect.name
     if dialect == "postgresql":
         insert = postgresql.insert
@@ -36,13 +51,9 @@ async def insert_or_ignore(
     else:
         raise NotImplementedError(f"insert-or-ignore is implemented for PostgreSQL and SQLite, not {dialect}")
     pk = next(iter(table.primary_key.columns))
-    inserted = 0
-    for start in range(0, len(rows), CHUNK):
-        chunk = list(rows[start : start + CHUNK])
-        stmt = insert(table).values(chunk).on_conflict_do_nothing(index_elements=list(key)).returning(pk)
-        result = await conn.execute(stmt)
-        inserted += len(result.fetchall())
-    return inserted
+    stmt = insert(table).on_conflict_do_nothing(index_elements=list(key)).returning(pk)
+    result = await conn.execute(stmt, list(rows))
+    return len(result.fetchall())
 
 
 async def ensure_cluster(conn: AsyncConnection, name: str, spec: dict[str, Any] | None = None) -> bool:
@@ -123,6 +134,48 @@ async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
         "status": outcome.status,
     }
     return await insert_or_ignore(conn, table_of(Outcome), [row], ["cluster", "job_id"]) == 1
+
+
+def shadow_ranks(priorities: Sequence[float]) -> list[int]:
+    """Rank of each entry (0 = first): priority descending, ties in row order.
+
+    The prioritizer's priorities are distinct, so ties do not occur in practice; the placer breaks
+    ties of an applied vector by submit time, which a shadow message does not carry.
+    """
+    order = sorted(range(len(priorities)), key=lambda i: (-priorities[i], i))
+    ranks = [0] * len(priorities)
+    for rank, row in enumerate(order):
+        ranks[row] = rank
+    return ranks
+
+
+async def record_shadow(conn: AsyncConnection, shadow: ShadowPriorities) -> int:
+    """Store a shadow model's ranks of one snapshot, one row per job; returns how many were new.
+
+    A message with a fallback (the shadow model did not score) stores nothing; a redelivered message
+    inserts nothing.
+    """
+    if shadow.fallback is not None or not shadow.priorities:
+        return 0
+    ranks = shadow_ranks(shadow.priorities)
+    rows = [
+        {
+            "cluster": shadow.cluster,
+            "correlation_id": shadow.correlation_id,
+            "job_id": job_id,
+            "model_version": shadow.model_version,
+            "snapshot_time": shadow.snapshot_time,
+            "sequence": shadow.sequence,
+            "rank": rank,
+            "priority": priority,
+            "applied_policy": shadow.applied_policy,
+            "applied_model_version": shadow.applied_model_version,
+        }
+        for job_id, priority, rank in zip(shadow.job_ids, shadow.priorities, ranks, strict=True)
+    ]
+    return await insert_or_ignore(
+        conn, table_of(ShadowPriority), rows, ["correlation_id", "job_id", "model_version"]
+    )
 
 
 async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bool:

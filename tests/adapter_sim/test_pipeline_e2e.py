@@ -7,8 +7,6 @@ cycle timed out (a timeout would be the adapter's own base policy, which proves 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -17,9 +15,8 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from shared.bus import BusSettings, connect, stream_plans
 from shared.cli.run import run_command, up_command
-from shared.schemas import Subjects
+from tests.conftest_services import drop_streams
 
 SMALL_CLUSTER = Path(__file__).with_name("small_cluster.toml")
 
@@ -63,28 +60,12 @@ def test_hylo_run_matches_the_base_policy(tmp_path: Path) -> None:
     assert Path(str(report["database"])).is_file()
 
 
-def _delete_streams(nats_url: str, root: str) -> None:
-    """The services created this root's streams on the shared server: remove them."""
-
-    async def delete() -> None:
-        settings = BusSettings(nats_url=nats_url, subject_root=root)
-        nc = await connect(settings)
-        try:
-            for plan in stream_plans(Subjects(root), settings):
-                with contextlib.suppress(Exception):
-                    await nc.jetstream().delete_stream(plan.config.name or "")
-        finally:
-            await nc.close()
-
-    asyncio.run(delete())
-
-
 def test_hylo_up_against_running_servers(tmp_path: Path, nats_url: str, postgres_url: str) -> None:
     root = f"t{uuid.uuid4().hex[:10]}"
     try:
         result = _up(tmp_path, nats_url, postgres_url, root)
     finally:
-        _delete_streams(nats_url, root)
+        drop_streams(nats_url, root)
     assert result.exit_code == 0, result.output
     _check(_report(tmp_path), "sjf", 150)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import uuid
 from pathlib import Path
@@ -11,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from services.adapter_sim.stack import LocalStack, StackError, nats_server_binary
-from shared.bus import BusSettings, connect, ensure_streams, stream_plans
+from shared.bus import BusSettings, connect, ensure_streams
 from shared.schemas import Subjects
+from tests.conftest_services import drop_streams
 
 
 def _open(port: int) -> bool:
@@ -89,18 +89,4 @@ def test_a_service_whose_port_was_taken_is_restarted_elsewhere(tmp_path: Path, n
     finally:
         stack.stop()
         squatter.close()
-        _delete_streams(nats_url, env["HYLO_SUBJECT_ROOT"])
-
-
-def _delete_streams(nats_url: str, root: str) -> None:
-    async def delete() -> None:
-        settings = BusSettings(nats_url=nats_url, subject_root=root)
-        nc = await connect(settings)
-        try:
-            for plan in stream_plans(Subjects(root), settings):
-                with contextlib.suppress(Exception):
-                    await nc.jetstream().delete_stream(plan.config.name or "")
-        finally:
-            await nc.close()
-
-    asyncio.run(delete())
+        drop_streams(nats_url, env["HYLO_SUBJECT_ROOT"])

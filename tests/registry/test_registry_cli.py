@@ -9,13 +9,13 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from shared.bus import connect, stream_plans
+from shared.bus import connect
 from shared.cli.common import console
 from shared.cli.models import models_app
 from shared.registry import Registry, VersionInfo
 from shared.schemas import ModelVersion, Subjects, decode
 from shared.store import create_engine
-from tests.conftest_services import bus_settings
+from tests.conftest_services import bus_settings, drop_streams
 from tests.registry.registry_helpers import WAIT_MODEL, unique_cluster
 
 runner = CliRunner()
@@ -39,18 +39,6 @@ async def _announced(nats_url: str, root: str, cluster: str) -> list[ModelVersio
                 out.append(decode(ModelVersion, msg.data))
         await sub.unsubscribe()
         return out
-    finally:
-        await nc.close()
-
-
-async def _drop_streams(nats_url: str, root: str) -> None:
-    settings = bus_settings(nats_url)
-    nc = await connect(settings)
-    try:
-        js = nc.jetstream()
-        for plan in stream_plans(Subjects(root), settings):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(plan.config.name or "")
     finally:
         await nc.close()
 
@@ -123,7 +111,7 @@ def test_models_commands(nats_url: str, postgres_url: str, monkeypatch: pytest.M
         messages = asyncio.run(_announced(nats_url, root, cluster))
         assert [(m.version, m.status) for m in messages] == [(a, "current")]
     finally:
-        asyncio.run(_drop_streams(nats_url, root))
+        drop_streams(nats_url, root)
 
 
 def test_a_command_without_a_cluster_says_how_to_name_one(monkeypatch: pytest.MonkeyPatch) -> None:

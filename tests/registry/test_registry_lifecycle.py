@@ -22,18 +22,8 @@ from tests.registry.registry_helpers import (
     WAIT_MODEL,
     announced,
     migrated,
-    store_url,
     unique_cluster,
 )
-
-DIALECTS = ["postgresql", "sqlite"]
-
-
-@pytest.fixture(params=DIALECTS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return store_url("sqlite", tmp_path, "")
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.mark.asyncio

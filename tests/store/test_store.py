@@ -31,7 +31,7 @@ from tests.store.store_helpers import migrated, seed, url_for
 
 DIALECTS = ["sqlite", "postgresql"]
 TABLES = {"clusters", "jobs", "decisions", "outcomes", "model_versions"}
-VIEWS = {"decision_outcomes", "latest_decision_per_job", "model_version_outcomes"}
+VIEWS = {"decision_outcomes", "latest_decision_per_job", "model_version_outcomes", "shadow_vs_applied"}
 
 
 @pytest.fixture(params=DIALECTS)

@@ -16,6 +16,7 @@ from services.adapter_sim.stack import free_port
 from shared.cli.retrain import retrain_command
 from shared.registry import Registry
 from shared.store import create_engine, upgrade
+from tests.conftest_services import drop_streams
 from tests.trainer.test_trainer_service import TINY_ENV
 from tests.trainer.trainer_helpers import history, record_history, spec_file
 
@@ -52,7 +53,10 @@ def test_local_run_registers_and_gates_a_candidate(
         "--subject-root",
         root,
     ]
-    result = runner.invoke(app, [*args, "--reason", "cli-test"])
+    try:
+        result = runner.invoke(app, [*args, "--reason", "cli-test"])
+    finally:
+        drop_streams(nats_url, root)
     assert result.exit_code in (0, 1), result.output
     assert "(cli-test) on " + cluster in result.output
     assert ("promoted" in result.output) == (result.exit_code == 0)
