@@ -8,8 +8,8 @@ base policy decides and the vector says why (``fallback``); the metrics count th
 
 **Shadow mode.** A ``ModelVersion`` announced as a ``candidate`` with ``shadow`` set is loaded into a
 second holder (the shadow). For every matrix, once the real vector is computed, the shadow scores
-the same matrix in a background task with a stage of its own (its own model thread, the same
-deadline and base policy, so it is judged as it would run in production) and the result is published
+the same matrix in a background task with a stage of its own (its own model thread, the same base
+policy, one matrix at a time, under ``HYLO_SHADOW_DEADLINE_MS``) and the result is published
 as ``ShadowPriorities`` on the ``shadows`` subject; the placer's recorder stores it. The real vector
 never depends on the shadow: it is computed first, from the real holder only, and the handler
 returns it without waiting for the shadow. Best-effort: a replica that stops or crashes loses the
@@ -124,18 +124,20 @@ async def build(ctx: ServiceContext) -> Wiring:
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
         return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
 
-    def make_stage(model_holder: ModelHolder) -> PrioritizerStage:
+    def make_stage(model_holder: ModelHolder, deadline_ms: float) -> PrioritizerStage:
         return PrioritizerStage(
             base_policy=ctx.settings.base_policy,
-            deadline_ms=settings.deadline_ms,
+            deadline_ms=deadline_ms,
             holder=model_holder,
             specs=ctx.specs,
             limits=ctx.publisher.limits,
             snapshots=snapshot_of,
         )
 
-    stage = make_stage(holder)
-    shadow_stage = make_stage(shadow)  # its own model thread: never queues behind the real model
+    stage = make_stage(holder, settings.deadline_ms)
+    # its own model thread (never queues behind the real model), one matrix at a time
+    shadow_stage = make_stage(shadow, settings.shadow_deadline_ms)
+    shadow_turn = asyncio.Lock()
     fallbacks = ctx.metrics.fallbacks
     shadow_counts = Counter(
         "hylo_shadow_matrices",
@@ -151,7 +153,8 @@ async def build(ctx: ServiceContext) -> Wiring:
         scored: PriorityVector | None = None
         reason: str | None = None
         try:
-            scored = await shadow_stage.handle(matrix)
+            async with shadow_turn:  # overlapping calls would find the model busy, a fallback
+                scored = await shadow_stage.handle(matrix)
         except StageError as err:
             reason = str(err)
         if scored is not None and scored.policy != "model" and shadow.loaded is None:
