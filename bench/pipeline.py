@@ -318,26 +318,34 @@ def main() -> None:
     lat = Table(
         title=f"snapshot -> placement decision, {src[4]} on {spec_name}, placement {args.placement}, {model}"
     )
-    columns = ("scenario", "pending", "nodes", "running", "GPUs busy", "placed", "p50 ms", "p99 ms", "max ms")
-    for col in (*columns, "stages (median ms)", "target"):
+    columns = ("scenario", "pending", "running", "GPUs busy", "placed", "p50 ms", "p99 ms", "max ms")
+    columns = (*columns, "target")
+    for col in columns:
         lat.add_column(col)
+    stage_names = sorted({k for r in results["latency"] for k in r["stage_median_ms"]})
+    per_stage = Table(title="median per stage (ms): own time, and <stage>_wait from stored to handled")
+    for col in ("scenario", "pending", *stage_names):
+        per_stage.add_column(col)
     for r in results["latency"]:
-        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stage_median_ms"].items())
-        ok = "met" if r["pending_jobs"] < 1024 or r["p99_ms"] <= TARGET_P99_MS else "MISSED"
+        ok = "met" if r["p99_ms"] <= TARGET_P99_MS else "MISSED"
         lat.add_row(
             r["scenario"],
             f"{r['pending_jobs']:,}",
-            f"{r['nodes']:,}",
             f"{r['running_jobs']:,}",
             f"{r['gpu_busy_share']:.0%}",
             f"{r['jobs_placed_median']:.0f}",
             f"{r['p50_ms']:.1f}",
             f"{r['p99_ms']:.1f}",
             f"{r['max_ms']:.1f}",
-            stages,
-            f"p99 <= {TARGET_P99_MS:.0f} ms at 1,024: {ok}" if r["pending_jobs"] >= 1024 else "",
+            f"p99 <= {TARGET_P99_MS:.0f}: {ok}" if r["pending_jobs"] >= 1024 else "",
+        )
+        per_stage.add_row(
+            r["scenario"],
+            f"{r['pending_jobs']:,}",
+            *(f"{r['stage_median_ms'].get(k, 0.0):.1f}" for k in stage_names),
         )
     console.print(lat)
+    console.print(per_stage)
     thr = Table(title="sustained throughput, one replica per service")
     for col in ("scenario", "pending", "in flight", "decisions", "decisions/s"):
         thr.add_column(col)
