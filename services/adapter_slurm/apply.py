@@ -37,7 +37,12 @@ class ApplyReport:
 
 
 def update_argv(update: Update) -> list[str]:
-    """``scontrol update JobId=<id> Priority=<p> [ReqNodeList=<a,b>]``, every value validated."""
+    """``scontrol update JobId=<id> Priority=<p> [ReqNodeList=<a,b> NumNodes=<n>]``, values validated.
+
+    With nodes, ``NumNodes`` is their count: the placer's pack or spread choice (the fewest nodes
+    that hold the job, or more) becomes Slurm's node count, and the list cannot disagree with the
+    count the job was submitted with (a 1-node job given two required nodes would never start).
+    """
     command = "scontrol update"
     argv = [
         "scontrol",
@@ -47,6 +52,7 @@ def update_argv(update: Update) -> list[str]:
     ]
     if update.nodes:
         argv.append("ReqNodeList=" + ",".join(validate_node_name(command, n) for n in update.nodes))
+        argv.append(f"NumNodes={len(update.nodes)}")
     return argv
 
 

@@ -311,7 +311,7 @@ def test_node_choice_and_handing_jobs_back(slurm: SlurmCluster, jobs: list[str])
     )
     assert adapter.apply(placed).report.sent == {job: 1_000_000}
     shown = slurm.run("scontrol", "show", "job", job)
-    assert "ReqNodeList=p100-1 " in shown and "Priority=1000000 " in shown
+    assert "ReqNodeList=p100-1 " in shown and "Priority=1000000 " in shown and "NumNodes=1 " in shown
     # on shutdown (when configured) the job goes back to Slurm's own priority, still pending, not held
     adapter.poll()
     assert adapter.release_all() == 1

@@ -119,7 +119,10 @@ def test_job_ids_refused(bad: str) -> None:
 
 def test_update_argv_validates_every_value() -> None:
     assert update_argv(Update("12", 5)) == ["scontrol", "update", "JobId=12", "Priority=5"]
-    assert update_argv(Update("12_3", 9, ("p100-0", "p100-1")))[-1] == "ReqNodeList=p100-0,p100-1"
+    assert update_argv(Update("12_3", 9, ("p100-0", "p100-1")))[-2:] == [
+        "ReqNodeList=p100-0,p100-1",
+        "NumNodes=2",
+    ]
     with pytest.raises(SlurmValueError, match=r"Priority 0 must be an integer in 1\.\.4294967293"):
         update_argv(Update("12", 0))
     with pytest.raises(SlurmValueError, match="Priority True"):
