@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/simulator_throughput.py            # all workloads x all policies
     .venv/bin/python bench/simulator_throughput.py --quick    # embedded workload only
+    .venv/bin/python bench/simulator_throughput.py --baseline OLD.json   # adds a "before" column
 
 Each (workload, policy) runs in a fresh process pinned to one core (wall and CPU time are both
 reported: when something else shares the core, jobs per CPU-second is the steadier figure), so the
@@ -46,7 +47,7 @@ def _run_one(workload: str, policy: str, backfill: str, queue: mp.Queue) -> None
     from shared.sim.simulator import Simulator
 
     work = prepare_workload(None if workload == "embedded" else workload, None, n_jobs=20_000, seed=0)
-    sim = Simulator(work.bound, make_policy(policy), SimConfig(backfill=backfill))  # type: ignore[arg-type]
+    sim = Simulator(work.bound, make_policy(policy), SimConfig(backfill=backfill))
     t0, c0 = time.perf_counter(), time.process_time()
     result = sim.run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -68,6 +69,11 @@ def _run_one(workload: str, policy: str, backfill: str, queue: mp.Queue) -> None
     )
 
 
+def _before(before: dict[tuple[str, str], float], row: dict[str, object]) -> str:
+    value = before.get((str(row["workload"]), str(row["policy"])))
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="embedded workload only")
@@ -75,12 +81,18 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--backfill", default="easy")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "simulator_throughput.json"))
+    ap.add_argument("--baseline", help="an earlier JSON of this benchmark: its jobs/s shown beside")
     args = ap.parse_args()
+    before: dict[tuple[str, str], float] = {}
+    if args.baseline:
+        old = json.loads(Path(args.baseline).read_text())
+        before = {(r["workload"], r["policy"]): r["jobs_per_s"] for r in old["rows"]}
     workloads = ["embedded"] if args.quick else args.workloads.split(",")
     policies = args.policies.split(",")
     console = Console()
     ctx = mp.get_context("spawn")
     rows = []
+    load_before = os.getloadavg()
     with console.status("") as status:
         for wl in workloads:
             for pol in policies:
@@ -92,7 +104,11 @@ def main() -> None:
                 p.join()
                 rows.append(row)
                 console.print(f"{wl:18s} {pol:12s} {row['jobs_per_s']:>10,.0f} jobs/s")
-    table = Table(title=f"Simulator throughput, single core, backfill={args.backfill}, best-fit")
+    load_after = os.getloadavg()
+    table = Table(
+        title=f"Simulator throughput, single core, backfill={args.backfill}, best-fit "
+        f"(load average {load_before[0]:.2f} before, {load_after[0]:.2f} after)"
+    )
     for col in (
         "workload",
         "policy",
@@ -100,6 +116,7 @@ def main() -> None:
         "wall s",
         "jobs/s",
         "jobs/CPU-s",
+        *(["before jobs/s"] if before else []),
         "target",
         "max queue",
         "peak RSS MiB",
@@ -114,6 +131,7 @@ def main() -> None:
             f"{r['wall_s']:.2f}",
             f"{r['jobs_per_s']:,.0f}",
             f"{r['jobs_per_cpu_s']:,.0f}",
+            *([_before(before, r)] if before else []),
             "[green]met[/]" if ok else "[red]missed[/]",
             f"{r['max_queue']:,}",
             f"{r['peak_rss_mib']:.0f}",
@@ -133,6 +151,8 @@ def main() -> None:
             {
                 "machine": platform.platform(),
                 "python": platform.python_version(),
+                "load_average_before": list(load_before),
+                "load_average_after": list(load_after),
                 "rows": rows,
                 "summary": summary,
             },

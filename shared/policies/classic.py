@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.policies.base import Policy, waited
+from shared.policies.base import Policy, classes_of, nondecreasing_within, waited
 
 
 class FCFS(Policy):
@@ -20,6 +20,12 @@ class FCFS(Policy):
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         return self.ctx.submit[idx]
+
+    def order_classes(self) -> IntArray | None:
+        if type(self).keys is not FCFS.keys:
+            return None  # a subclass with its own keys makes its own promise
+        # submit times never decrease with the index: one class
+        return np.zeros(len(self.ctx.submit), dtype=np.int64)
 
 
 class SJF(Policy):
@@ -42,6 +48,12 @@ class SJF(Policy):
         key: FloatArray = np.floor(runtime[idx]) + jobs.gpus[idx] * 1e-3
         return key
 
+    def order_classes(self) -> IntArray | None:
+        if type(self).keys is not SJF.keys:
+            return None
+        # jobs with equal keys: ties go to the earlier arrival
+        return classes_of(self.keys(np.arange(len(self.ctx.submit)), 0.0))
+
 
 class WFP3(Policy):
     """Priority (wait / estimate)^3 x GPUs: long-waiting, short, wide jobs first."""
@@ -53,6 +65,12 @@ class WFP3(Policy):
         est = np.maximum(self.ctx.estimate[idx], 1.0)
         ratio = waited(self.ctx, idx, now) / est
         return -(ratio**3) * np.maximum(self.ctx.gpus[idx], 1)
+
+    def order_classes(self) -> IntArray | None:
+        if type(self).keys is not WFP3.keys:
+            return None
+        # same estimate and width: the longer wait (earlier arrival) has the smaller key
+        return classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
 
 
 class UNICEP(Policy):
@@ -66,6 +84,12 @@ class UNICEP(Policy):
         width = np.log2(np.maximum(self.ctx.gpus[idx], 1) + 1.0)
         key: FloatArray = -waited(self.ctx, idx, now) / (width * est)
         return key
+
+    def order_classes(self) -> IntArray | None:
+        if type(self).keys is not UNICEP.keys:
+            return None
+        # same estimate and width: the longer wait (earlier arrival) has the smaller key
+        return classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
 
 
 class F1(Policy):
@@ -81,3 +105,12 @@ class F1(Policy):
         est = np.maximum(self.ctx.estimate[idx], 1.0)
         sub = np.maximum(self.ctx.submit[idx], 1.0)
         return np.log10(est) * np.maximum(self.ctx.gpus[idx], 1) + 870.0 * np.log10(sub)
+
+    def order_classes(self) -> IntArray | None:
+        if type(self).keys is not F1.keys:
+            return None
+        # same estimate and width: the key grows with the submit time; checked on the keys
+        # themselves, since log10 is not guaranteed monotone to the last bit
+        classes = classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
+        keys = self.keys(np.arange(len(classes)), 0.0)
+        return classes if nondecreasing_within(classes, keys) else None

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.policies.base import Policy, PolicyContext, waited
+from shared.policies.base import Policy, PolicyContext, classes_of, waited
 
 
 class MultifactorWeights(BaseModel):
@@ -114,3 +114,13 @@ class SlurmMultifactor(Policy):
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         return -self.priority(idx, now)
+
+    def order_classes(self) -> IntArray | None:
+        cls = type(self)
+        if cls.keys is not SlurmMultifactor.keys or cls.priority is not SlurmMultifactor.priority:
+            return None  # a subclass with its own keys makes its own promise
+        # same static factors and user (so the same fair-share factor): the priority only grows
+        # with the wait, so the earlier arrival never has the smaller priority
+        w = self.w
+        static = w.job_size * self.size_factor + w.partition * self.part_factor + w.qos * self.qos_factor
+        return classes_of(static, self.ctx.workload.jobs.user)

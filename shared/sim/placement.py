@@ -95,6 +95,27 @@ def _tightest_share(
     return None
 
 
+def _lowest_with_free_gpu(gs: GroupState, cpu: int, mem: int, budget: int = 48) -> int | None:
+    """The lowest node id with a whole GPU free and the CPUs and memory (-1: none), from the
+    free-GPU buckets (each in ascending id order: the first fitting node of each bucket, then the
+    lowest of those), or None when that would look at more than ``budget`` nodes (the caller
+    then scans the arrays)."""
+    cpus, mems = gs.cpu, gs.mem
+    best = -1
+    looked = 0
+    for k in range(1, gs.G + 1):
+        for i in gs.bucket[k]:
+            if best >= 0 and i >= best:
+                break
+            looked += 1
+            if looked > budget:
+                return None
+            if cpus[i] >= cpu and mems[i] >= mem:
+                best = i
+                break
+    return best
+
+
 def alloc_fits(st: ClusterState, a: Alloc, caps: dict[int, Caps] | None, milli: int) -> bool:
     """Whether an allocation chosen earlier (a batch placer's) still fits the free resources and
     the reservation caps now: GPUs, CPUs and memory per node, the physical GPUs it names, and, for
@@ -127,6 +148,27 @@ def alloc_fits(st: ClusterState, a: Alloc, caps: dict[int, Caps] | None, milli: 
             if a.frac_gpu >= 0 and row[a.frac_gpu] < milli:
                 return False
     return True
+
+
+def whole_gpus_fit(st: ClusterState, gpus: int, groups: tuple[int, ...], slack: int) -> bool:
+    """Whether ``gpus`` whole GPUs (no CPU, memory or caps) fit in one of ``groups`` now.
+
+    The same answer as ``FirstFit().place`` or ``BestFit().place`` with no CPUs, memory or caps
+    is not None, from the free-GPU histograms alone: with nothing but GPUs asked, one node fits
+    when some node has ``gpus`` free, and a gang fits when its ``max_nodes`` fullest nodes hold
+    ``gpus`` (both gang walks then succeed). The simulator's per-shape pre-check asks exactly
+    this question many times per cycle.
+    """
+    for g in groups:
+        gs = st.groups[g]
+        if gpus <= gs.G and gs.max_whole() >= gpus:
+            return True
+        if (gpus > gs.G or (slack > 0 and gpus >= 2)) and gs.free_whole >= gpus:
+            need = math.ceil(gpus / gs.G) if gs.G else gs.n + 1
+            max_nodes = min(need + slack, gs.n)
+            if need <= max_nodes and gs.top_whole(max_nodes) >= gpus:
+                return True
+    return False
 
 
 class Placer:
@@ -199,7 +241,7 @@ class Placer:
     def _gpu_ids(gs: GroupState, i: int, w: int) -> list[int] | None:
         if gs.gfree is None:
             return None
-        return [int(x) for x in np.flatnonzero(gs.gfree[i] == WHOLE_GPU_MILLI)[:w]]
+        return [g for g, v in enumerate(gs.gfree[i].tolist()) if v == WHOLE_GPU_MILLI][:w]
 
     def _single(self, gs: GroupState, i: int, gpus: int, cpu: int, mem: int) -> Alloc:
         ids = self._gpu_ids(gs, i, gpus)
@@ -316,13 +358,17 @@ class Placer:
             )
         if whole_later and min((f[0] for f in found), default=BIG) >= WHOLE_GPU_MILLI - milli:
             for pos, gs, cap in whole_later:
-                ok = (gs.whole >= 1) & (gs.cpu >= cpu) & (gs.mem >= mem)
-                if cap is not None:
-                    ok &= ~cap.frac_blocked
-                cand = np.flatnonzero(ok)
-                if len(cand):
-                    i = int(cand[0])
-                    gpu = int(np.flatnonzero(gs.gfree[i] == WHOLE_GPU_MILLI)[0])  # type: ignore[index]
+                first = _lowest_with_free_gpu(gs, cpu, mem) if cap is None else None
+                if first is None:
+                    ok = (gs.whole >= 1) & (gs.cpu >= cpu) & (gs.mem >= mem)
+                    if cap is not None:
+                        ok &= ~cap.frac_blocked
+                    cand = np.flatnonzero(ok)
+                    first = int(cand[0]) if len(cand) else -1
+                if first >= 0:
+                    i = first
+                    assert gs.gfree is not None
+                    gpu = gs.gfree[i].tolist().index(WHOLE_GPU_MILLI)
                     found.append(
                         (
                             WHOLE_GPU_MILLI - milli,

@@ -17,6 +17,8 @@ from shared.sim.state import Alloc, GroupState
 #: (estimated end, job) of the release after which a node fits, and its free whole GPUs, milli-CPUs
 #: and MiB at that point
 Fit = tuple[tuple[float, int], int, int, int]
+#: requests per group whose per-node answers are kept between calls (``group_fits``)
+GROUP_TABLES = 8
 
 
 class NodeReleases:
@@ -25,13 +27,22 @@ class NodeReleases:
     def __init__(self) -> None:
         self._runs: dict[tuple[int, int], list[tuple[float, int, int, int, int]]] = {}
         self._cache: dict[tuple[int, int], dict[tuple[int, int, int], Fit | None]] = {}
+        # per group and request, node -> first fit of the nodes not changed since it was computed
+        self._group: dict[int, dict[tuple[int, int, int], dict[int, Fit | None]]] = {}
+
+    def _changed(self, g: int, i: int) -> None:
+        self._cache.pop((g, i), None)
+        tables = self._group.get(g)
+        if tables:
+            for table in tables.values():
+                table.pop(i, None)
 
     def add(self, job: int, est_end: float, a: Alloc) -> None:
         g = a.group
         for k, i in enumerate(a.nodes):
             key = (g, i)
             insort(self._runs.setdefault(key, []), (est_end, job, a.whole[k], a.cpu[k], a.mem[k]))
-            self._cache.pop(key, None)
+            self._changed(g, i)
 
     def remove(self, job: int, est_end: float, a: Alloc) -> None:
         g = a.group
@@ -39,7 +50,7 @@ class NodeReleases:
             key = (g, i)
             runs = self._runs[key]
             del runs[bisect_left(runs, (est_end, job))]
-            self._cache.pop(key, None)
+            self._changed(g, i)
 
     def first_fit(self, gs: GroupState, i: int, gpus: int, cpu: int, mem: int) -> Fit | None:
         """The first release on node i of ``gs`` after which it holds the request (None: never).
@@ -62,3 +73,19 @@ class NodeReleases:
                 break
         self._cache.setdefault(key, {})[req] = found
         return found
+
+    def group_fits(self, gs: GroupState, gpus: int, cpu: int, mem: int) -> dict[int, Fit | None]:
+        """``first_fit`` of every node of ``gs`` (node -> fit), recomputing only the nodes that
+        changed since the last call with this request (read-only for the caller)."""
+        tables = self._group.setdefault(gs.index, {})
+        req = (gpus, cpu, mem)
+        table = tables.get(req)
+        if table is None:
+            if len(tables) >= GROUP_TABLES:
+                del tables[next(iter(tables))]  # the oldest: every node change visits each table
+            table = tables[req] = {}
+        if len(table) < gs.n:
+            for i in range(gs.n):
+                if i not in table:
+                    table[i] = self.first_fit(gs, i, gpus, cpu, mem)
+        return table

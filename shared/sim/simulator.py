@@ -18,7 +18,12 @@ property tests check that the schedule does not change):
   running jobs' estimated ends on a light overlay of the touched nodes;
 - an event that freed nothing, after a cycle in which every queued job failed on the raw free
   state (not merely on a reservation's caps), can only start one of the new arrivals: the cycle
-  is skipped when none of them fits.
+  is skipped when none of them fits;
+- for policies that order some classes of jobs by arrival (``Policy.order_classes``: every base
+  policy), jobs with the same class, shape, CPUs, memory and estimate form one class: only its
+  first queued job can be next, and a failure retires it whole, so a cycle orders a few hundred
+  class heads instead of every queued job (``class_heads_cycle``);
+- a queue of one new arrival is tried directly (a cycle would try it alone, with no reservation).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import heapq
 import math
 import time
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -35,10 +40,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
-from shared.policies.base import Policy, PolicyContext
+from shared.policies.base import Policy, PolicyContext, classes_of
 from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
-from shared.sim.placement import Caps, Placer, alloc_fits, make_placer
+from shared.sim.placement import BestFit, Caps, FirstFit, Placer, alloc_fits, make_placer, whole_gpus_fit
 from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
 from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
@@ -79,6 +84,11 @@ class Simulator:
     overlay_reservations: bool = True
     #: single-node reservations answer from cached per-node release profiles
     node_release_profiles: bool = True
+    #: queue length above which a cycle orders only the first queued job of each order class
+    #: (policies that promise an arrival order within classes: ``Policy.order_classes``)
+    class_heads_queue: int = 8
+    #: a queue of one new arrival is tried directly, without the cycle's machinery
+    lone_arrivals: bool = True
 
     def __init__(
         self,
@@ -177,6 +187,7 @@ class Simulator:
         slack = cfg.node_slack
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
+        hist_precheck = type(placer) in (FirstFit, BestFit)  # ``whole_gpus_fit`` answers for these
         int_keys = policy.integer_keys
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
         batch_placer = self.batch_placer
@@ -219,6 +230,13 @@ class Simulator:
         run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
         run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
         released_in = [0] * len(st.groups)  # jobs ended so far, per node group
+        # the same summed over each class of eligible groups (the pre-check's signature)
+        released_for = [0] * len(w.class_groups)
+        classes_with: list[list[int]] = [[] for _ in st.groups]
+        for c_, gset_ in enumerate(w.class_groups):
+            for g_ in gset_:
+                classes_with[g_].append(c_)
+        job_class_of = class_np.tolist()
         blocked_since: dict[int, int] = {}  # shape -> releases in its groups when it fit nowhere
         # The queue in arrival order: jobs arrive in index order and are appended as ranges to
         # qbuf, which is compacted (started jobs dropped) when a cycle reads it: O(queue) numpy.
@@ -230,6 +248,39 @@ class Simulator:
         shape_count: dict[int, int] = {}  # queued jobs per shape (GPU request + eligible groups)
         shape_rep: dict[int, int] = {}  # one job of each shape
         first_res = np.full(n, np.nan) if record_reservations else None
+        # Order classes (``Policy.order_classes``) split by request: the jobs of one class share
+        # shape, CPUs, memory and estimate, and the policy orders them by arrival, so only the
+        # first queued job of a class can be next, and a failed request retires a class whole.
+        order_cls = policy.order_classes()
+        by_class = order_cls is not None and n > 0
+        # a lone new arrival is tried without a cycle: only for policies whose keys have no side
+        # effects beyond the clock (those that declare order classes)
+        lone_arrival = self.lone_arrivals and by_class and batch_placer is None and not record_reservations
+        bucket_queue = self.class_heads_queue
+        job_bucket: list[int] = []
+        bucket_jobs: list[list[int]] = []  # per class, its jobs that arrived, in arrival order
+        bucket_head: list[int] = []  # per class, the position of its first queued job
+        head_np = np.zeros(0, dtype=np.int64)  # per class, its first queued job (-1: none)
+        b_shape = b_gclass = head_np
+        queued = [False] * n  # in_queue as a list, for quick scalar reads
+        shape_min_cpu: list[int] = []  # per shape, the least CPUs and memory any of its jobs asks
+        shape_min_mem: list[int] = []
+        if by_class:
+            assert order_cls is not None
+            bucket_np = classes_of(shape_np, cpu_np, mem_np, est_np, order_cls)
+            job_bucket = bucket_np.tolist()
+            _, first_of = np.unique(bucket_np, return_index=True)
+            b_shape, b_gclass = shape_np[first_of], class_np[first_of]
+            bucket_jobs = [[] for _ in range(len(first_of))]
+            bucket_head = [0] * len(first_of)
+            head_np = np.full(len(first_of), -1, dtype=np.int64)
+            smin = np.full(n_shapes, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(smin, shape_np, cpu_np)
+            shape_min_cpu = smin.tolist()
+            smin[:] = np.iinfo(np.int64).max
+            np.minimum.at(smin, shape_np, mem_np)
+            shape_min_mem = smin.tolist()
+        static_keys_l: list[float] | None = static_keys.tolist() if static_keys is not None else None
         tl_t: list[float] = []
         tl_busy: list[float] = []
         tl_q: list[int] = []
@@ -259,6 +310,16 @@ class Simulator:
                 shape_count[k] = c
             else:
                 del shape_count[k]
+            if by_class:
+                queued[j] = False
+                b = job_bucket[j]
+                if head_np[b] == j:
+                    lst = bucket_jobs[b]
+                    h = bucket_head[b] + 1
+                    while h < len(lst) and not queued[lst[h]]:
+                        h += 1
+                    bucket_head[b] = h
+                    head_np[b] = lst[h] if h < len(lst) else -1
             if track:
                 policy.on_start(j, now)
 
@@ -272,9 +333,7 @@ class Simulator:
             first: tuple[float, int] | None = None
             picks: list[tuple[int, int, int, int, int]] = []  # (free GPUs, node, group, cpu, mem)
             for g in node_groups:
-                gs = st.groups[g]
-                for i in range(gs.n):
-                    f = releases.first_fit(gs, i, need, c_, mm)
+                for i, f in releases.group_fits(st.groups[g], need, c_, mm).items():
                     if f is None:
                         continue
                     if first is None or f[0] < first:
@@ -357,10 +416,7 @@ class Simulator:
                     node_pick = None  # a fit in a scanned group comes first
                     scratch = _Scratch([None] * len(st.groups))
                     for g2 in gset:
-                        sc = st.groups[g2].copy()
-                        for i, (w_, cc, mmm) in over.get(g2, {}).items():
-                            sc.set_free(i, w_, cc, mmm)
-                        scratch.groups[g2] = sc
+                        scratch.groups[g2] = st.groups[g2].overlaid(over.get(g2, {}))
                     plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
                     if plan is not None:
                         when = max(e, now)
@@ -557,6 +613,119 @@ class Simulator:
                 call_ms.append(res.wall_s * 1e3)
             return {r.job_id: d.alloc for r, d in zip(batch, res.decisions, strict=True)}
 
+        def class_heads_cycle(
+            now: float,
+            shape_blocked: set[int],
+            try_reserve: Callable[[int], None],
+            settle: Callable[[tuple[int, ...]], None],
+            reserved: dict[int, tuple[float, Caps]],
+        ) -> bool:
+            """The visit of ``cycle`` over order classes: the same jobs in the same (key, arrival)
+            order, but only the first queued job of each class is ordered at a time (the next one
+            when it has been visited), and a failed request retires the classes it dominates (same
+            shape, at least its CPUs and memory, estimate beyond the threshold), as the array
+            filter of ``cycle`` retires the jobs."""
+            soft = False
+            act = np.flatnonzero(head_np >= 0)
+            hj = head_np[act]
+            hk = static_keys[hj] if static_keys is not None else policy.keys(hj, now)
+            if shape_blocked:
+                blocked_shape = np.zeros(n_shapes, dtype=bool)
+                blocked_shape[list(shape_blocked)] = True
+                bl = blocked_shape[b_shape[act]]
+                fr = ~bl
+                fj, fk, fb = hj[fr], hk[fr], act[fr]
+            else:
+                bl = None
+                fj, fk, fb = hj, hk, act
+            srt = np.lexsort((fj, fk))
+            fb_l = fb[srt].tolist()
+            # sorted by (key, job): already a heap
+            order: list[tuple[float, int, int, int]] = list(
+                zip(fk[srt].tolist(), fj[srt].tolist(), fb_l, [bucket_head[b] for b in fb_l], strict=True)
+            )
+            # entries of the order whose shape is not retired whole: the visit ends at 0
+            in_order = np.bincount(b_shape[fb], minlength=n_shapes).tolist()
+            live = len(fb_l)
+            if bl is not None and mode != "greedy" and bl.any():
+                # of the classes whose shape fits nowhere, only the first job per group class
+                bj, bk, bc = hj[bl], hk[bl], b_gclass[act[bl]]
+                o = np.lexsort((bj, bk, bc))
+                bc = bc[o]
+                first = o[np.concatenate(([True], bc[1:] != bc[:-1]))]
+                for kj, j in zip(bk[first].tolist(), bj[first].tolist(), strict=True):
+                    heapq.heappush(order, (kj, j, -1, -1))
+                    live += 1
+            retired: dict[int, list[tuple[int, int, float]]] = {}  # shape -> (CPUs, memory, threshold)
+            dead: set[int] = set()  # shapes retired whole (a failure with their least CPUs and memory)
+
+            def push_next(b: int, h: int) -> None:
+                nonlocal live
+                lst = bucket_jobs[b]
+                h += 1
+                while h < len(lst) and not queued[lst[h]]:
+                    h += 1
+                if h < len(lst):
+                    j2 = lst[h]
+                    if static_keys_l is not None:
+                        k2 = static_keys_l[j2]
+                    else:
+                        k2 = float(policy.keys(np.array([j2], dtype=np.int64), now)[0])
+                    heapq.heappush(order, (k2, j2, b, h))
+                    in_order[shape[j2]] += 1
+                    live += 1
+
+            while live > 0:
+                _, j, b, h = heapq.heappop(order)
+                if b < 0:  # the first job of a group class whose shape fits nowhere
+                    live -= 1
+                    if mode == "none":
+                        return False
+                    try_reserve(j)
+                    continue
+                k = shape[j]
+                in_order[k] -= 1
+                if k in dead:
+                    continue
+                live -= 1
+                e_j, c_j, m_j = est[j], cpu[j], mem[j]
+                recs = retired.get(k)
+                if recs is not None and any(c_j >= cf and m_j >= mf and e_j > tf for cf, mf, tf in recs):
+                    continue  # retired, and with it the rest of its class
+                gset = groups_of[j]
+                settle(gset)
+                capped: tuple[int, ...] = ()
+                caps: dict[int, Caps] | None = None
+                if reserved:
+                    finish = now + e_j
+                    capped = tuple(g for g in gset if g in reserved and finish > reserved[g][0])
+                    if capped:
+                        caps = {g: reserved[g][1] for g in capped}
+                a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
+                if a is not None:
+                    start_job(j, a, now)
+                    if capped and a.group in capped:
+                        reserved[a.group][1].consume(a)
+                    push_next(b, h)
+                    continue
+                if mode == "none":
+                    return False
+                if capped:
+                    soft = True
+                    thr = max(reserved[g][0] for g in capped) - now
+                else:
+                    thr = -INF
+                    if mode == "easy":
+                        try_reserve(j)
+                    if c_j <= shape_min_cpu[k] and m_j <= shape_min_mem[k]:
+                        dead.add(k)
+                        live -= in_order[k]
+                        continue
+                retired.setdefault(k, []).append((c_j, m_j, thr))
+                if not e_j > thr:  # else the record retires the rest of j's class as well
+                    push_next(b, h)
+            return nq == 0 or (mode != "none" and not soft)
+
         def cycle(now: float) -> bool:
             """One scheduling pass; True when every job left queued failed on the raw free state.
 
@@ -573,11 +742,15 @@ class Simulator:
                 for k, count in shape_count.items():
                     r = shape_rep[k]
                     # a request that fit nowhere stays so until a job ends in one of its groups
-                    sig = sum(released_in[g] for g in groups_of[r])
+                    sig = released_for[job_class_of[r]]
                     if blocked_since.get(k) == sig:
                         shape_blocked.add(k)
                         blocked += count
-                    elif placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None:
+                    elif (
+                        not whole_gpus_fit(st, gpus[r], groups_of[r], slack)
+                        if hist_precheck and gpus[r] and milli[r] == WHOLE_GPU_MILLI
+                        else placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None
+                    ):
                         shape_blocked.add(k)
                         blocked += count
                         blocked_since[k] = sig
@@ -585,21 +758,6 @@ class Simulator:
                         blocked_since.pop(k, None)
                 if blocked >= nq:
                     return mode != "none"
-            cq, ck, n_free = candidates(now, shape_blocked)
-            alive = np.ones(len(cq), dtype=bool)
-            preset: dict[int, Alloc | None] = {}
-            batch: list[JobRequest] = []
-            ahead: list[JobRequest] = []
-            batch_pos: dict[int, int] = {}  # job -> its position in cq
-            if batch_placer is not None and n_free:
-                reqs = batch_requests(cq[:n_free], ck[:n_free])
-                batch, ahead = reqs[: batch_placer.settings.k], reqs[batch_placer.settings.k :]
-                preset = batch_place(batch, ahead, now, {})
-                ids = np.array([r.job_id for r in batch], dtype=np.int64)
-                hit = np.flatnonzero(np.isin(cq[:n_free], ids))
-                batch_pos = dict(zip(cq[hit].tolist(), hit.tolist(), strict=True))
-            preset_res = 0  # reservations the preset was solved under
-            retire_cols: tuple[I64, I64, I64, FloatArray] | None = None
             reserved: dict[int, tuple[float, Caps]] = {}
             covered: set[int] = set()
             n_res = 0
@@ -631,6 +789,23 @@ class Simulator:
                             pending_res.pop(g2, None)
                         reserve(h, now, reserved)
 
+            if by_class and nq > bucket_queue and batch_placer is None and retire:
+                return class_heads_cycle(now, shape_blocked, try_reserve, settle, reserved)
+            cq, ck, n_free = candidates(now, shape_blocked)
+            alive = np.ones(len(cq), dtype=bool)
+            preset: dict[int, Alloc | None] = {}
+            batch: list[JobRequest] = []
+            ahead: list[JobRequest] = []
+            batch_pos: dict[int, int] = {}  # job -> its position in cq
+            if batch_placer is not None and n_free:
+                reqs = batch_requests(cq[:n_free], ck[:n_free])
+                batch, ahead = reqs[: batch_placer.settings.k], reqs[batch_placer.settings.k :]
+                preset = batch_place(batch, ahead, now, {})
+                ids = np.array([r.job_id for r in batch], dtype=np.int64)
+                hit = np.flatnonzero(np.isin(cq[:n_free], ids))
+                batch_pos = dict(zip(cq[hit].tolist(), hit.tolist(), strict=True))
+            preset_res = 0  # reservations the preset was solved under
+            retire_cols: tuple[I64, I64, I64, FloatArray] | None = None
             pending = np.arange(len(cq))
             if len(cq) > visit_chunk and int_keys:
                 lo_k, hi_k = float(ck.min()), float(ck.max())
@@ -739,6 +914,8 @@ class Simulator:
                 a = allocs.pop(r)
                 st.give(a)
                 released_in[a.group] += 1
+                for c_ in classes_with[a.group]:
+                    released_for[c_] += 1
                 del run_sorted[bisect_left(run_sorted, (start[r] + est[r], r))]
                 rg = run_by_group[a.group]
                 del rg[bisect_left(rg, (start[r] + est[r], r))]
@@ -754,8 +931,36 @@ class Simulator:
                 k = shape[i]
                 shape_count[k] = shape_count.get(k, 0) + 1
                 shape_rep.setdefault(k, i)
+                if by_class:
+                    queued[i] = True
+                    b = job_bucket[i]
+                    lst = bucket_jobs[b]
+                    lst.append(i)
+                    if head_np[b] < 0:
+                        head_np[b] = i
+                        bucket_head[b] = len(lst) - 1
                 i += 1
-            if nq:
+            if nq == 1 and i - first_new == 1 and lone_arrival:
+                # the queue is one new arrival: a cycle would try it alone, with no reservation
+                # to respect (and would only note its own, which nothing behind it uses)
+                a_new = placer.place(
+                    st,
+                    gpus[first_new],
+                    milli[first_new],
+                    cpu[first_new],
+                    mem[first_new],
+                    groups_of[first_new],
+                    None,
+                    slack,
+                )
+                if a_new is not None:
+                    start_job(first_new, a_new, now)
+                    all_blocked = True
+                    cycles += 1
+                elif released or not all_blocked or not skip_idle:
+                    all_blocked = mode != "none"
+                    cycles += 1
+            elif nq:
                 run_cycle = released or not all_blocked or not skip_idle
                 if not run_cycle:
                     for k in range(first_new, i):
