@@ -490,6 +490,7 @@ def hylo_env(args: argparse.Namespace, cluster: Cluster, nats_url: str, db_url: 
         "HYLO_SLURM_PRIORITY_TOP": str(BAND_TOP),
         "HYLO_SLURM_PRIORITY_BOTTOM": str(BAND_BOTTOM),
         "HYLO_SLURM_RETRY_MAX_S": "5",
+        "HYLO_SLURM_APPLY_NODES": "true" if args.apply_nodes else "false",
     }
     if args.model is not None:
         card = args.model.resolve()
@@ -663,6 +664,11 @@ def main(argv: list[str] | None = None) -> int:
         "--model", type=Path, default=None, help="checkpoint dir for the prioritizer (none: base policy)"
     )
     p.add_argument("--placement", default="cp-sat", help="HYLO_PLACEMENT [cp-sat]")
+    p.add_argument(
+        "--apply-nodes",
+        action="store_true",
+        help="HYLO_SLURM_APPLY_NODES: also send the placer's nodes (ReqNodeList, NumNodes) [off]",
+    )
     p.add_argument("--deadline-ms", type=float, default=1000.0, help="HYLO_DEADLINE_MS [1000]")
     p.add_argument("--poll-interval", type=float, default=2.0, help="HYLO_SLURM_POLL_INTERVAL_S [2]")
     p.add_argument("--monitor-interval", type=float, default=0.25, help="squeue monitor period [0.25]")
@@ -721,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
             "base_policy": args.base_policy,
             "model": None if args.model is None else str(args.model),
             "placement": args.placement,
+            "apply_nodes": args.apply_nodes,
             "deadline_ms": args.deadline_ms,
             "priority_band": [BAND_BOTTOM, BAND_TOP],
         },
