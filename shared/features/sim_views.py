@@ -183,24 +183,15 @@ class SimViewBuilder:
 
     def empty_cluster(self) -> ClusterView:
         """The cluster with every node free and nothing running (its fixed shape)."""
-        nodes = np.repeat(np.arange(len(self._count)), self._count)
-        gpn = self._gpn[nodes]
-        return ClusterView(
-            gpu_type=self._gpu_type,
-            gpus_per_node=self._gpn,
-            node_count=self._count,
-            cpus_per_node_milli=self._cap_cpu,
-            mem_per_node_mib=self._cap_mem,
-            free_gpus=gpn,
-            free_share_milli=np.where(gpn > 0, WHOLE_GPU_MILLI, 0),
-            free_cpus_milli=self._cap_cpu[nodes],
-            free_mem_mib=self._cap_mem[nodes],
-            run_group=np.zeros(0, dtype=np.int64),
-            run_gpus=np.zeros(0),
-            run_end_s=np.zeros(0),
-            node_slack=self._slack,
-            gpu_type_names=self._type_names,
-            check_values=self._check,
+        return ClusterView.empty(
+            self._gpu_type,
+            self._gpn,
+            self._count,
+            self._cap_cpu,
+            self._cap_mem,
+            self._slack,
+            self._type_names,
+            self._check,
         )
 
     def views(

@@ -222,6 +222,55 @@ class ClusterView:
     def n_groups(self) -> int:
         return len(self.node_count)
 
+    @classmethod
+    def empty(
+        cls,
+        gpu_type: npt.ArrayLike,
+        gpus_per_node: npt.ArrayLike,
+        node_count: npt.ArrayLike,
+        cpus_per_node_milli: npt.ArrayLike,
+        mem_per_node_mib: npt.ArrayLike,
+        node_slack: int = 0,
+        gpu_type_names: tuple[str, ...] = (),
+        check_values: bool = True,
+    ) -> ClusterView:
+        """A cluster of these node groups with every node free and nothing running (its fixed shape)."""
+        gpn, cpus, mem = (
+            np.asarray(a, dtype=np.int64) for a in (gpus_per_node, cpus_per_node_milli, mem_per_node_mib)
+        )
+        count = np.asarray(node_count, dtype=np.int64)
+        nodes = np.repeat(np.arange(len(count)), count)
+        free = gpn[nodes]
+        return cls(
+            gpu_type=np.asarray(gpu_type, dtype=np.int64),
+            gpus_per_node=gpn,
+            node_count=count,
+            cpus_per_node_milli=cpus,
+            mem_per_node_mib=mem,
+            free_gpus=free,
+            free_share_milli=np.where(free > 0, WHOLE_GPU_MILLI, 0),
+            free_cpus_milli=cpus[nodes],
+            free_mem_mib=mem[nodes],
+            run_group=np.zeros(0, dtype=np.int64),
+            run_gpus=np.zeros(0),
+            run_end_s=np.zeros(0),
+            node_slack=node_slack,
+            gpu_type_names=gpu_type_names,
+            check_values=check_values,
+        )
+
+    def emptied(self) -> ClusterView:
+        """This cluster with every node free and nothing running."""
+        return ClusterView.empty(
+            self.gpu_type,
+            self.gpus_per_node,
+            self.node_count,
+            self.cpus_per_node_milli,
+            self.mem_per_node_mib,
+            self.node_slack,
+            self.gpu_type_names,
+        )
+
     def _derive(self) -> None:
         set_ = object.__setattr__
         count, gpn = self.node_count, self.gpus_per_node

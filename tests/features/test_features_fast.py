@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from test_features_ways import scenarios
+from test_features_ways import scenarios, start_some
 
 from shared.domain.jobs import build_table
 from shared.features import FeatureSampler, SamplingConfig, SimViewBuilder, compute_features
 from shared.features.fast import WorkloadFeaturizer
 from shared.features.ways import _node_states, _whole_gpu_fit, distinct_requests, request_ways
 from shared.sim.binding import BoundWorkload, bind_jobs
-from shared.sim.placement import make_placer
 from shared.sim.state import ClusterState
 
 
@@ -47,25 +46,7 @@ def _filled(
     bound = bind_jobs(table, spec, node_slack=slack)
     if len(bound.jobs) == 0:
         return None
-    state = ClusterState(spec, set(range(len(spec.node_groups))))
-    placer = make_placer("best-fit")
-    jobs = bound.jobs
-    running, run_group = [], []
-    for j in rng.permutation(len(jobs))[:n_running]:
-        a = placer.place(
-            state,
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-            bound.class_groups[int(bound.job_class[j])],
-            None,
-            slack,
-        )
-        if a is not None:
-            state.take(a)
-            running.append(int(j))
-            run_group.append(a.group)
+    state, running, run_group = start_some(bound, rng.permutation(len(bound.jobs))[:n_running], slack)
     return bound, state, running, run_group, rng
 
 

@@ -19,11 +19,38 @@ from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.features import SimViewBuilder, compute_features, placement_ways
 from shared.features.ways import distinct_requests
-from shared.sim.binding import bind_jobs
+from shared.sim.binding import BoundWorkload, bind_jobs
 from shared.sim.placement import make_placer
 from shared.sim.state import ClusterState
 
 GIB = 1024
+
+
+def start_some(
+    bound: BoundWorkload, order: np.ndarray, slack: int
+) -> tuple[ClusterState, list[int], list[int]]:
+    """An empty cluster on which best-fit starts the jobs of ``order`` that fit, in that order:
+    the state, the started jobs and their groups (the running jobs of a feature test)."""
+    state = ClusterState(bound.spec, set(range(len(bound.spec.node_groups))))
+    placer = make_placer("best-fit")
+    jobs = bound.jobs
+    running, run_group = [], []
+    for j in order:
+        a = placer.place(
+            state,
+            int(jobs.gpus[j]),
+            int(jobs.gpu_milli[j]),
+            int(jobs.cpus_milli[j]),
+            int(jobs.mem_mib[j]),
+            bound.class_groups[int(bound.job_class[j])],
+            None,
+            slack,
+        )
+        if a is not None:
+            state.take(a)
+            running.append(int(j))
+            run_group.append(a.group)
+    return state, running, run_group
 
 
 def _pairs(free: list[tuple[int, int]], slack: int = 0):  # type: ignore[no-untyped-def]
@@ -164,26 +191,10 @@ def test_can_schedule_now_matches_the_placer(scenario: tuple) -> None:  # type: 
     m = len(bound.jobs)
     if m == 0:
         return
-    state = ClusterState(spec, set(range(len(spec.node_groups))))
-    placer = make_placer("best-fit")
     jobs = bound.jobs
     rng = np.random.default_rng(seed)
-    running, run_group = [], []
-    for j in rng.permutation(m)[: min(n_running, m)]:
-        a = placer.place(
-            state,
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-            bound.class_groups[int(bound.job_class[j])],
-            None,
-            slack,
-        )
-        if a is not None:
-            state.take(a)
-            running.append(int(j))
-            run_group.append(a.group)
+    state, running, run_group = start_some(bound, rng.permutation(m)[: min(n_running, m)], slack)
+    placer = make_placer("best-fit")
     builder = SimViewBuilder(bound, jobs.estimate, check_values=True)
     queued = np.arange(m)
     qv = builder.queue_view(queued)

@@ -41,26 +41,6 @@ RECORDED = Path(__file__).resolve().parent / "data" / "recorded_decisions.npz"
 CHECKPOINTS = sorted(p.parent.parent.name for p in RUNS.glob("*/checkpoint/card.json"))
 
 
-def _empty(c: ClusterView) -> ClusterView:
-    nodes = np.repeat(np.arange(c.n_groups), c.node_count)
-    gpn = c.gpus_per_node[nodes]
-    return ClusterView(
-        gpu_type=c.gpu_type,
-        gpus_per_node=c.gpus_per_node,
-        node_count=c.node_count,
-        cpus_per_node_milli=c.cpus_per_node_milli,
-        mem_per_node_mib=c.mem_per_node_mib,
-        free_gpus=gpn,
-        free_share_milli=np.where(gpn > 0, 1000, 0),
-        free_cpus_milli=c.cpus_per_node_milli[nodes],
-        free_mem_mib=c.mem_per_node_mib[nodes],
-        run_group=np.zeros(0, dtype=np.int64),
-        run_gpus=np.zeros(0),
-        run_end_s=np.zeros(0),
-        node_slack=c.node_slack,
-    )
-
-
 def test_recorded_decisions_get_the_same_priorities() -> None:
     data = np.load(RECORDED)
     meta = json.loads(str(data["meta"]))
@@ -86,7 +66,7 @@ def test_recorded_decisions_get_the_same_priorities() -> None:
             },
             node_slack=m["node_slack"],
         )
-        featurizer = WorkloadFeaturizer(qv, _empty(cv))  # the queue's jobs as the workload
+        featurizer = WorkloadFeaturizer(qv, cv.emptied())  # the queue's jobs as the workload
         o = featurizer.observe(np.arange(len(qv)), m["now"], cv, FeatureSampler())
         assert np.array_equal(o.obs, data[f"{k}/obs"]), m["tag"]
         assert np.array_equal(o.critic, data[f"{k}/critic"]), m["tag"]
