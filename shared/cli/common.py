@@ -6,6 +6,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 console = Console()
 
@@ -25,3 +26,16 @@ def progress_bar() -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+async def migrated_engine(url: str) -> AsyncEngine:
+    """An engine on ``url``, the store migrated to the newest schema; a clear exit if it cannot open."""
+    from shared.store import create_engine, upgrade
+
+    engine = create_engine(url)
+    try:
+        await upgrade(engine)
+    except Exception as err:  # unreachable server, bad credentials, unknown driver
+        await engine.dispose()
+        raise fail(f"cannot open the database {url}: {type(err).__name__}: {err}") from None
+    return engine

@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shared.cli.common import console, fail
+from shared.cli.common import console, fail, migrated_engine
 
 if TYPE_CHECKING:
     from shared.registry import GateResult, PromotionResult, Registry, ShadowResult, VersionInfo
@@ -82,19 +82,15 @@ def _run(
     """Open the store (migrated to the newest schema) and, if ``nats``, the bus; run ``work``."""
     from shared.registry import Registry, RegistryError
     from shared.registry.settings import RegistrySettings
-    from shared.store import StoreSettings, create_engine, upgrade
+    from shared.store import StoreSettings
 
     url = database_url or StoreSettings().database_url
     who = actor or RegistrySettings().actor
 
     async def main() -> T:
-        engine = create_engine(url)
+        engine = await migrated_engine(url)
         client = None
         try:
-            try:
-                await upgrade(engine)
-            except Exception as err:  # unreachable server, bad credentials, unknown driver
-                raise fail(f"cannot open the database {url}: {type(err).__name__}: {err}") from None
             publisher = None
             if nats:
                 client, publisher = await _connect(nats_url, subject_root)

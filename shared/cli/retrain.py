@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail
+from shared.cli.common import console, fail, migrated_engine
 
 __all__ = ["retrain_command"]
 
@@ -81,7 +81,7 @@ def _local(
     from services.trainer.settings import TrainerSettings
     from shared.cli.models import _connect  # the same NATS connection `hylo models promote` opens
     from shared.service import ServiceSettings
-    from shared.store import StoreSettings, create_engine, upgrade
+    from shared.store import StoreSettings
 
     try:
         settings = TrainerSettings()
@@ -94,13 +94,9 @@ def _local(
     url = database_url or StoreSettings().database_url
 
     async def main() -> dict[str, Any]:
-        engine = create_engine(url)
+        engine = await migrated_engine(url)
         client = None
         try:
-            try:
-                await upgrade(engine)
-            except Exception as err:  # unreachable server, bad credentials, unknown driver
-                raise fail(f"cannot open the database {url}: {type(err).__name__}: {err}") from None
             client, publisher = await _connect(nats_url, subject_root)
             with console.status(f"retraining the prioritizer of {name}"):
                 report = await retrain_once(
