@@ -177,7 +177,7 @@ async def latency(ctx: dict[str, Any], src: Any, size: int, samples: int, warmup
         if i < warmup:
             continue
         ms.append(took)
-        placed.append(sum(1 for p in decision.placements if p.nodes))
+        placed.append(sum(1 for c in decision.placements.node_count if c))
         for k, v in decision.latencies_ms.items():
             stages.setdefault(k, []).append(v)
     a = np.array(ms)

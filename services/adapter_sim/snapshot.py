@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.schemas import NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
+from shared.schemas import NodeStates, PendingJob, PendingJobs, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.snapshot import NODE_COLUMNS, WHOLE
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
@@ -152,7 +152,7 @@ class SnapshotBuilder:
             correlation_id=correlation_id,
             time=now,
             sequence=sequence,
-            pending=tuple(self.pending_jobs[j] for j in shown),
+            pending=PendingJobs.of(self.pending_jobs[j] for j in shown),
             running=RunningJobs.of(self._running[j] for j in running),
             nodes=self.nodes(state),
         )

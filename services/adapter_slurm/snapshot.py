@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 from services.adapter_slurm.model import PENDING_STATES, RUNNING_STATES, SlurmJob, SlurmNode
 from shared.domain.cluster import ClusterSpec, NodeGroup
-from shared.schemas import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
+from shared.schemas import (
+    NodeState,
+    NodeStates,
+    PendingJob,
+    PendingJobs,
+    QueueSnapshot,
+    RunningJob,
+    RunningJobs,
+)
 from shared.schemas.snapshot import WHOLE
 
 log = logging.getLogger(__name__)
@@ -203,7 +211,7 @@ def build_snapshot(
         correlation_id=correlation_id,
         time=now,
         sequence=sequence,
-        pending=tuple(pending),
+        pending=PendingJobs.of(pending),
         running=RunningJobs.of(running),
         nodes=NodeStates.of(states),
     )

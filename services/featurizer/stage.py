@@ -119,7 +119,6 @@ class FeaturizerStage:
                 f"snapshot {snapshot.correlation_id}: features are not finite (an estimate or time "
                 "out of range?)"
             )
-        by_id = {j.job_id: j for j in snapshot.pending}
         fields: dict[str, Any] = {
             "cluster": snapshot.cluster,
             "correlation_id": snapshot.correlation_id,
@@ -127,7 +126,7 @@ class FeaturizerStage:
             "sequence": snapshot.sequence,
             "snapshot_seq": snapshot_seq,
             "feature_schema_hash": self.schema_hash,
-            "jobs": tuple(by_id[j] for j in views.job_ids),
+            "jobs": snapshot.pending.take(views.rows),
             "columns": MATRIX_COLUMNS,
             "values": tuple(map(tuple, rows.tolist())),
             "cluster_columns": CLUSTER_FEATURES,

@@ -82,7 +82,9 @@ async def build(ctx: ServiceContext) -> Wiring:
     latency = ctx.metrics.decision_seconds
 
     known = KnownJobs()
-    snapshots = SnapshotCache(ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, settings.snapshot_cache)
+    snapshots = SnapshotCache(
+        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, settings.snapshot_cache, prepare=stage.prepare
+    )
     stale = Counter(
         "hylo_stale_vectors",
         "Priority vectors acked without a decision: their snapshot was superseded",
@@ -103,7 +105,10 @@ async def build(ctx: ServiceContext) -> Wiring:
                 "vector %s/%s: its snapshot is superseded, no decision", vector.cluster, vector.correlation_id
             )
             return
-        decision = with_wait(await asyncio.to_thread(stage.handle, vector, snapshot), "place", wait)
+        prepared = snapshots.take_prepared(vector.cluster, vector.correlation_id)
+        decision = with_wait(
+            await asyncio.to_thread(stage.handle, vector, snapshot, None, prepared), "place", wait
+        )
         # finding the snapshot (memory, decoding, or the stream) is part of the placer's time
         latencies = {**decision.latencies_ms, "place_snapshot": round(lookup_ms, 3)}
         decision = decision.model_copy(update={"latencies_ms": latencies})
@@ -114,7 +119,8 @@ async def build(ctx: ServiceContext) -> Wiring:
         new = known.unknown(vector.cluster, list(matrix.job_ids))
         if new:
             async with engine.begin() as conn:
-                await record_pending(conn, vector.cluster, (j for j in matrix.jobs if j.job_id in new))
+                rows = [i for i, j in enumerate(matrix.jobs.job_id) if j in new]
+                await record_pending(conn, vector.cluster, matrix.jobs.take(rows))
             known.add(vector.cluster, new)
 
     async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:

@@ -58,8 +58,8 @@ from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
-from shared.schemas.messages import JobPlacement, PlacementDecision, PriorityVector
-from shared.schemas.snapshot import PendingJob, QueueSnapshot
+from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
+from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
@@ -116,6 +116,22 @@ class Decided:
     reservations: list[Reservation]
     status: str | None
     held_back: list[int] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class PreparedSnapshot:
+    """A snapshot's cluster state and release profile, built before its priorities arrive.
+
+    ``track`` are the groups ``state`` keeps per-GPU shares for (those of the snapshot's fractional
+    pending jobs); a decision uses it only when its own jobs need the same, and only once (the walk
+    changes ``state``).
+    """
+
+    snapshot: QueueSnapshot
+    track: frozenset[int]
+    state: SnapshotState
+    base: _ReplayBase
+    used: bool = False
 
 
 class _Scratch:
@@ -317,11 +333,42 @@ class PlacerStage:
 
     # -- the message ----------------------------------------------------------------------------
 
+    def _track(self, jobs: PendingJobs, binding: PendingBinding) -> frozenset[int]:
+        """The groups where a fractional job among ``jobs`` may be placed."""
+        milli = jobs.gpu_milli
+        return frozenset(
+            g
+            for pos, gs in zip(binding.kept, binding.groups, strict=True)
+            if milli[pos] < WHOLE_GPU_MILLI
+            for g in gs
+        )
+
+    def prepare(self, snap: QueueSnapshot) -> PreparedSnapshot:
+        """What a decision on ``snap`` will need whatever the priorities (``PreparedSnapshot``).
+
+        Raises ``StageError`` if the snapshot contradicts the spec (``handle`` says so again).
+        """
+        spec = self.spec_of(snap.cluster)
+        try:
+            track = self._track(snap.pending, bind_pending(snap.pending, spec, self.settings.node_slack))
+            ss = snapshot_state(snap, spec, track)
+            base = _ReplayBase(ss)
+        except (KeyError, ValueError) as err:
+            raise StageError(
+                f"snapshot {snap.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
+            ) from None
+        return PreparedSnapshot(snap, track, ss, base)
+
     def handle(
-        self, vector: PriorityVector, snap: QueueSnapshot, sequence: int | None = None
+        self,
+        vector: PriorityVector,
+        snap: QueueSnapshot,
+        sequence: int | None = None,
+        prepared: PreparedSnapshot | None = None,
     ) -> PlacementDecision:
         """The decision for ``vector`` against its snapshot ``snap``; ``sequence`` defaults to the
-        snapshot's. ``StageError`` if ``snap`` is not the vector's snapshot or contradicts the spec.
+        snapshot's. ``prepared``: ``prepare(snap)``, if it was made ahead (used when it applies).
+        ``StageError`` if ``snap`` is not the vector's snapshot or contradicts the spec.
         """
         t0 = time.perf_counter()
         matrix = vector.matrix
@@ -332,17 +379,22 @@ class PlacerStage:
             )
         spec = self.spec_of(snap.cluster)
         jobs = matrix.jobs
-        submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
+        submit = np.array(jobs.submit_s, dtype=np.float64).reshape(len(jobs))
         order = rank_order(vector.priorities, submit)
         try:
             binding = bind_pending(jobs, spec, self.settings.node_slack)
-            track = {
-                g
-                for pos, gs in zip(binding.kept, binding.groups, strict=True)
-                if jobs[pos].gpu_milli < WHOLE_GPU_MILLI
-                for g in gs
-            }
-            ss = snapshot_state(snap, spec, track)
+            track = self._track(jobs, binding)
+            if (
+                prepared is not None
+                and prepared.snapshot is snap
+                and prepared.track == track
+                and not prepared.used
+            ):
+                prepared.used = True
+                ss, base = prepared.state, prepared.base
+            else:
+                ss = snapshot_state(snap, spec, track)
+                base = None
         except (KeyError, ValueError) as err:
             raise StageError(
                 f"snapshot {snap.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
@@ -351,31 +403,9 @@ class PlacerStage:
         if "can_schedule_now" in matrix.columns:
             col = matrix.columns.index("can_schedule_now")
             can_now = np.fromiter((row[col] > 0.5 for row in matrix.values), dtype=bool, count=len(jobs))
-        decided = self.decide(ss, jobs, binding, order, snap.time, can_now)
+        decided = self.decide(ss, jobs, binding, order, snap.time, can_now, base)
 
-        reserved = {r.row: r.when for r in decided.reservations if math.isfinite(r.when)}
-        columns = matrix.columns
-        placements: list[JobPlacement] = []
-        for rank, row in enumerate(order.tolist()):
-            a = decided.allocs.get(row)
-            nodes: tuple[str, ...] = ()
-            mode: Literal["pack", "spread"] | None = None
-            if a is not None:
-                nodes = ss.names_of(a)
-                mode = "spread" if decided.spread.get(row, False) else "pack"
-            # every part was validated already (job ids, node names, features, priorities), so the
-            # entries are built without a second validation: 1,024 of them cost milliseconds
-            placements.append(
-                JobPlacement.model_construct(
-                    job_id=jobs[row].job_id,
-                    rank=rank,
-                    priority=vector.priorities[row],
-                    nodes=nodes,
-                    mode=mode,
-                    features=dict(zip(columns, matrix.values[row], strict=True)),
-                    reserved_s=reserved.get(row),
-                )
-            )
+        placements = self._placements(ss, decided, order, vector)
         latencies = dict(vector.latencies_ms)
         fields: dict[str, Any] = {
             "cluster": vector.cluster,
@@ -385,7 +415,7 @@ class PlacerStage:
             "policy": vector.policy,
             "model_version": vector.model_version,
             "fallback": vector.fallback,
-            "placements": tuple(placements),
+            "placements": placements,
             "placer": self.placement,
             "placer_status": decided.status,
             "latencies_ms": latencies,
@@ -399,27 +429,70 @@ class PlacerStage:
         latencies["place"] = (time.perf_counter() - t0) * 1e3
         return decision.model_copy(update={"latencies_ms": latencies})
 
+    @staticmethod
+    def _placements(
+        ss: SnapshotState, decided: Decided, order: npt.NDArray[np.int64], vector: PriorityVector
+    ) -> Placements:
+        """The decision's columns, in rank order.
+
+        Every part was validated already (job ids, node names, features, priorities), so the columns
+        are built without a second validation: as 1,024 row objects they cost milliseconds.
+        """
+        matrix = vector.matrix
+        rows = order.tolist()
+        reserved = {r.row: r.when for r in decided.reservations if math.isfinite(r.when)}
+        allocs, spread = decided.allocs, decided.spread
+        counts: list[int] = []
+        nodes: list[str] = []
+        modes: list[Literal["pack", "spread"] | None] = []
+        for row in rows:
+            a = allocs.get(row)
+            if a is None:
+                counts.append(0)
+                modes.append(None)
+                continue
+            names = ss.names_of(a)
+            counts.append(len(names))
+            nodes.extend(names)
+            modes.append("spread" if spread.get(row, False) else "pack")
+        ids, prio, values = matrix.jobs.job_id, vector.priorities, matrix.values
+        return Placements.model_construct(
+            job_id=tuple(ids[r] for r in rows),
+            rank=tuple(range(len(rows))),
+            priority=tuple(prio[r] for r in rows),
+            node_count=tuple(counts),
+            nodes=tuple(nodes),
+            mode=tuple(modes),
+            reserved_s=tuple(reserved.get(r) for r in rows),
+            feature_columns=matrix.columns,
+            features=tuple(values[r] for r in rows),
+        )
+
     # -- the walk ---------------------------------------------------------------------------------
 
     def decide(
         self,
         ss: SnapshotState,
-        jobs: Sequence[PendingJob],
+        jobs: PendingJobs,
         binding: PendingBinding,
         order: npt.NDArray[np.int64],
         now: float,
         can_now: npt.NDArray[np.bool_] | None = None,
+        base: _ReplayBase | None = None,
     ) -> Decided:
-        """Allocations (on ``ss.state``, which it modifies) and reservations of one decision."""
+        """Allocations (on ``ss.state``, which it modifies) and reservations of one decision.
+
+        ``base``: ``ss``'s release profile if it was built ahead (else built on the first reservation).
+        """
         st = ss.state
         slack = self.settings.node_slack
         best = self.best
         by_row: dict[int, _Job] = {}
+        gpus, milli, est = jobs.gpus, jobs.gpu_milli, jobs.est_runtime_s
         for pos, cpu, mem, groups in zip(
             binding.kept, binding.cpus_milli, binding.mem_mib, binding.groups, strict=True
         ):
-            j = jobs[pos]
-            by_row[pos] = _Job(pos, j.gpus, j.gpu_milli, cpu, mem, groups, j.est_runtime_s)
+            by_row[pos] = _Job(pos, gpus[pos], milli[pos], cpu, mem, groups, est[pos])
         ranked = [by_row[r] for r in order.tolist() if r in by_row]
         maybe = np.ones(len(jobs), dtype=bool) if can_now is None else can_now
 
@@ -445,7 +518,6 @@ class PlacerStage:
         failed: dict[tuple[int, int, tuple[int, ...]], list[tuple[int, int, float]]] = {}
         held: list[int] = []
         intact = True  # no batch allocation overridden yet: CP-SAT's choices not to start still hold
-        base: _ReplayBase | None = None  # built on the first reservation
         for job in ranked:
             key = (job.gpus, job.milli, job.groups)
             fits = bool(maybe[job.row])

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,7 @@ from shared.policies.snapshot_keys import (
 )
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import FeatureMatrix, PriorityVector
-from shared.schemas.snapshot import PendingJob, QueueSnapshot
+from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import MAX_REASON, StageError
 from shared.schemas.views import WAYS_COLUMN, snapshot_views
 
@@ -124,7 +124,7 @@ class PrioritizerStage:
         """The PriorityVector of ``matrix``; ``StageError`` if not even the base policy can rank it."""
         t0 = time.perf_counter()
         jobs = matrix.jobs
-        submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=len(jobs))
+        submit = np.array(jobs.submit_s, dtype=np.float64).reshape(len(jobs))
         spec = self.specs.get(matrix.cluster)
         base_keys = self._keys(self.base_policy, jobs, matrix.snapshot_time, spec)
 
@@ -168,9 +168,7 @@ class PrioritizerStage:
         latencies["prioritize"] = (time.perf_counter() - t0) * 1e3
         return vector.model_copy(update={"latencies_ms": latencies})
 
-    def _keys(
-        self, policy: str, jobs: Sequence[PendingJob], now: float, spec: ClusterSpec | None
-    ) -> FloatArray:
+    def _keys(self, policy: str, jobs: PendingJobs, now: float, spec: ClusterSpec | None) -> FloatArray:
         try:
             return snapshot_keys(policy, jobs, now, spec, weights=self.weights, f1_origin_s=self.f1_origin_s)
         except SnapshotPolicyError as err:
@@ -179,7 +177,7 @@ class PrioritizerStage:
     def _model_base_keys(
         self,
         loaded: LoadedModel,
-        jobs: Sequence[PendingJob],
+        jobs: PendingJobs,
         now: float,
         spec: ClusterSpec | None,
         base_keys: FloatArray,
@@ -200,7 +198,7 @@ class PrioritizerStage:
         self,
         loaded: LoadedModel,
         matrix: FeatureMatrix,
-        jobs: Sequence[PendingJob],
+        jobs: PendingJobs,
         submit: FloatArray,
         spec: ClusterSpec | None,
         base_keys: FloatArray,

@@ -13,6 +13,11 @@ superseded one may be gone: ``get`` then returns None and the caller treats the 
 
 Every snapshot is validated exactly as the featurizer validated it (``decode`` under the same
 limits) and must carry the correlation id asked for.
+
+``prepare`` (optional) is run on each snapshot decoded ahead, and its result handed out once by
+``take_prepared``: the placer builds the cluster state and the running jobs' release profile of a
+snapshot there, while the featurizer and the prioritizer work, so that only the walk over the ranked
+queue is left when the priorities arrive.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -47,17 +53,20 @@ class SnapshotCacheStats:
 
     received: int = 0
     decoded_ahead: int = 0
+    prepared_ahead: int = 0
     hits: int = 0
     decoded_on_demand: int = 0
     fetched: int = 0
     missing: int = 0
     invalid: int = 0
+    prepare_failed: int = 0
 
 
 @dataclass
 class _Entry:
     raw: bytes | None
     snapshot: QueueSnapshot | None = None
+    prepared: Any = None
 
 
 @dataclass
@@ -81,6 +90,7 @@ class SnapshotCache:
         limits: Limits = DEFAULT_LIMITS,
         per_cluster: int = 4,
         decode_ahead: Callable[[], bool] | None = None,
+        prepare: Callable[[QueueSnapshot], Any] | None = None,
     ) -> None:
         if per_cluster < 1:
             raise ValueError("per_cluster must be >= 1")
@@ -90,6 +100,7 @@ class SnapshotCache:
         self.limits = limits
         self.per_cluster = per_cluster
         self.decode_ahead = decode_ahead or (lambda: True)
+        self.prepare = prepare
         self.stats = SnapshotCacheStats()
         self._clusters: dict[str, _Cluster] = {}
         self._sub: Subscription | None = None
@@ -140,7 +151,20 @@ class SnapshotCache:
                 and self._decode(cluster, correlation, entry) is not None
             ):
                 self.stats.decoded_ahead += 1
+                await asyncio.sleep(0)  # a message that arrived meanwhile goes first
+                self._prepare(entry)
             await asyncio.sleep(0)
+
+    def _prepare(self, entry: _Entry) -> None:
+        if self.prepare is None or entry.snapshot is None or entry.prepared is not None:
+            return
+        try:
+            entry.prepared = self.prepare(entry.snapshot)
+        except Exception as err:  # the handler prepares again on demand and reports the error there
+            self.stats.prepare_failed += 1
+            log.debug("preparing snapshot %s failed: %s", entry.snapshot.correlation_id, err)
+            return
+        self.stats.prepared_ahead += 1
 
     def _decode(self, cluster: str, correlation: str, entry: _Entry) -> QueueSnapshot | None:
         raw, entry.raw = entry.raw, None
@@ -170,6 +194,14 @@ class SnapshotCache:
         return snapshot
 
     # -- lookup ----------------------------------------------------------------------------------
+
+    def take_prepared(self, cluster: str, correlation_id: str) -> Any:
+        """What ``prepare`` made of the snapshot, once (None if it was not prepared ahead)."""
+        entry = self._clusters.get(cluster, _Cluster()).entries.get(correlation_id)
+        if entry is None:
+            return None
+        prepared, entry.prepared = entry.prepared, None
+        return prepared
 
     async def get(self, cluster: str, correlation_id: str, stream_seq: int | None) -> QueueSnapshot | None:
         """The snapshot of ``cluster`` with ``correlation_id``; None if it is nowhere to be had."""

@@ -22,14 +22,12 @@ last 1, so ties are broken by submit time, then by the order of the input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.policies.multifactor import MultifactorWeights
-from shared.schemas.snapshot import WHOLE, PendingJob
+from shared.schemas.snapshot import WHOLE, PendingJobs
 
 __all__ = [
     "SNAPSHOT_POLICIES",
@@ -63,7 +61,7 @@ def check_policy(name: str) -> None:
 
 def snapshot_keys(
     policy: str,
-    jobs: Sequence[PendingJob],
+    jobs: PendingJobs,
     now: float,
     spec: ClusterSpec | None = None,
     *,
@@ -73,11 +71,11 @@ def snapshot_keys(
     """Sort keys (smaller first) of ``jobs`` under base policy ``policy`` at time ``now``."""
     check_policy(policy)
     n = len(jobs)
-    submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=n)
+    submit = np.array(jobs.submit_s, dtype=np.float64).reshape(n)
     if policy == "fcfs":
         return submit
-    est = np.fromiter((j.est_runtime_s for j in jobs), dtype=np.float64, count=n)
-    gpus = np.fromiter((j.gpus for j in jobs), dtype=np.int64, count=n)
+    est = np.array(jobs.est_runtime_s, dtype=np.float64).reshape(n)
+    gpus = np.array(jobs.gpus, dtype=np.int64).reshape(n)
     if policy == "sjf":
         key: FloatArray = np.floor(est) + gpus * 1e-3
         return key
@@ -99,7 +97,7 @@ def snapshot_keys(
 
 
 def multifactor_priority(
-    jobs: Sequence[PendingJob],
+    jobs: PendingJobs,
     now: float,
     spec: ClusterSpec,
     w: MultifactorWeights,
@@ -108,15 +106,15 @@ def multifactor_priority(
     """Slurm's integer multifactor priority with the fair-share factor of no usage (module docstring)."""
     n = len(jobs)
     if submit is None:
-        submit = np.fromiter((j.submit_s for j in jobs), dtype=np.float64, count=n)
-    demand = np.fromiter((j.gpus * j.gpu_milli / WHOLE for j in jobs), dtype=np.float64, count=n)
+        submit = np.array(jobs.submit_s, dtype=np.float64).reshape(n)
+    demand = np.array(jobs.gpus, dtype=np.float64).reshape(n) * np.array(jobs.gpu_milli).reshape(n) / WHOLE
     size = demand / max(spec.total_gpus, 1)
     size_factor = 1.0 - size if w.favor_small else size
     part_of = {p: v.priority_job_factor for p, v in spec.partitions.items()}
-    part = np.fromiter((part_of.get(j.partition, 1) for j in jobs), dtype=np.float64, count=n)
+    part = np.fromiter((part_of.get(p, 1) for p in jobs.partition), dtype=np.float64, count=n)
     part_top = max([*part_of.values(), *(part.tolist() or [1.0]), 1])
     qos_of = {q: v.priority for q, v in spec.qos.items()}
-    qos = np.fromiter((qos_of.get(j.qos, 0) for j in jobs), dtype=np.float64, count=n)
+    qos = np.fromiter((qos_of.get(q, 0) for q in jobs.qos), dtype=np.float64, count=n)
     qos_top = max([*qos_of.values(), *(qos.tolist() or [0.0])])
     qos_factor = qos / qos_top if qos_top > 0 else np.zeros(n)
     age = np.minimum(np.maximum(now - submit, 0.0), w.max_age_s) * (w.age / w.max_age_s)

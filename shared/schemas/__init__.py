@@ -24,10 +24,19 @@ from shared.schemas.messages import (
     JobPlacement,
     ModelVersion,
     PlacementDecision,
+    Placements,
     PriorityVector,
     ShadowPriorities,
 )
-from shared.schemas.snapshot import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
+from shared.schemas.snapshot import (
+    NodeState,
+    NodeStates,
+    PendingJob,
+    PendingJobs,
+    QueueSnapshot,
+    RunningJob,
+    RunningJobs,
+)
 from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects, validate_cluster_name
 from shared.schemas.views import SnapshotViews, snapshot_views
 
@@ -51,7 +60,9 @@ __all__ = [
     "NodeState",
     "NodeStates",
     "PendingJob",
+    "PendingJobs",
     "PlacementDecision",
+    "Placements",
     "PriorityVector",
     "QueueSnapshot",
     "RunningJob",

@@ -13,11 +13,12 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-#: the version written by this build; bump it when a field changes meaning or shape. Version 2 sends a
-#: snapshot's running jobs and nodes as columns (``shared.schemas.snapshot``); version 1 (lists of row
-#: objects) is no longer read: no deployment wrote it, and reading both would cost the fast decoding.
-SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({2})
+#: the version written by this build; bump it when a field changes meaning or shape. Version 2 sent a
+#: snapshot's running jobs and nodes as columns; version 3 sends every big collection as columns
+#: (pending jobs, a running job's nodes flat, a decision's placements: ``shared.schemas.columns``).
+#: Older versions are not read: reading several would cost the fast decoding they exist for.
+SCHEMA_VERSION = 3
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

@@ -11,10 +11,20 @@ Every stage still runs as any number of stateless replicas on any machine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, JsonValue, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from shared.schemas.base import (
     FeatureName,
@@ -25,13 +35,15 @@ from shared.schemas.base import (
     StageLatencies,
     Strict,
 )
+from shared.schemas.columns import Columns, check_flat, offsets_of, require_unique
 from shared.schemas.limits import check_count, limits_of
-from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJob, QueueSnapshot, require_unique
+from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJobs, QueueSnapshot
 
 MAX_FEATURES = 64
 VersionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+Mode = Literal["pack", "spread"]
 
 
 class ExcludedJob(Strict):
@@ -39,6 +51,14 @@ class ExcludedJob(Strict):
 
     job_id: JobId
     reason: Reason
+
+
+def _check_width(name: str, rows: tuple[tuple[float, ...], ...], width: int, of: str) -> None:
+    """Every row of ``rows`` must have ``width`` entries; name the first that does not."""
+    if all(len(r) == width for r in rows):
+        return
+    i = next(i for i, r in enumerate(rows) if len(r) != width)
+    raise ValueError(f"{name} row {i} has {len(rows[i])} entries, expected {width} ({of})")
 
 
 def _same_origin(msg: Message, inner: Message, what: str) -> None:
@@ -62,9 +82,7 @@ class FeatureMatrix(Message):
     feature_schema_hash: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{8,64}$")] = Field(
         description="FeatureSchema.hash of the formulas that computed the values"
     )
-    jobs: tuple[PendingJob, ...] = Field(
-        max_length=HARD_MAX_ITEMS, description="the featurized pending jobs, as the snapshot reported them"
-    )
+    jobs: PendingJobs = Field(description="the featurized pending jobs, as the snapshot reported them")
     columns: tuple[FeatureName, ...] = Field(max_length=MAX_FEATURES)
     values: tuple[tuple[FiniteFloat, ...], ...] = Field(max_length=HARD_MAX_ITEMS)
     cluster_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
@@ -74,19 +92,16 @@ class FeatureMatrix(Message):
 
     @field_validator("jobs")
     @classmethod
-    def _job_limit(cls, value: tuple[PendingJob, ...], info: ValidationInfo) -> tuple[PendingJob, ...]:
+    def _job_limit(cls, value: PendingJobs, info: ValidationInfo) -> PendingJobs:
         check_count("jobs", len(value), limits_of(info).max_jobs)
-        require_unique("jobs job_id", (j.job_id for j in value))
+        require_unique("jobs job_id", value.job_id)
         return value
 
     @model_validator(mode="after")
     def _shapes(self) -> FeatureMatrix:
         if len(self.values) != len(self.jobs):
             raise ValueError(f"values has {len(self.values)} rows, expected one per job ({len(self.jobs)})")
-        width = len(self.columns)
-        for i, row in enumerate(self.values):
-            if len(row) != width:
-                raise ValueError(f"values row {i} has {len(row)} entries, expected {width} (columns)")
+        _check_width("values", self.values, len(self.columns), "columns")
         if len(self.cluster_values) != len(self.cluster_columns):
             raise ValueError(
                 f"cluster_values has {len(self.cluster_values)} entries, "
@@ -97,7 +112,7 @@ class FeatureMatrix(Message):
     @property
     def job_ids(self) -> tuple[str, ...]:
         """The featurized jobs' ids, in row order."""
-        return tuple(j.job_id for j in self.jobs)
+        return self.jobs.job_id
 
 
 class PriorityVector(Message):
@@ -126,7 +141,7 @@ class PriorityVector(Message):
 
 
 class JobPlacement(Strict):
-    """One job's rank, priority and nodes in a decision; no nodes means "keep waiting"."""
+    """One job's rank, priority and nodes in a decision (a row of ``Placements``); no nodes = wait."""
 
     job_id: JobId
     rank: int = Field(ge=0, description="0 = first in the priority order")
@@ -134,7 +149,7 @@ class JobPlacement(Strict):
     nodes: tuple[Name, ...] = Field(
         default=(), max_length=4096, description="nodes to start on; empty = wait"
     )
-    mode: Literal["pack", "spread"] | None = Field(default=None, description="placement strategy used")
+    mode: Mode | None = Field(default=None, description="placement strategy used")
     features: dict[FeatureName, FiniteFloat] = Field(
         default_factory=dict, max_length=MAX_FEATURES, description="the features that drove its priority"
     )
@@ -143,6 +158,100 @@ class JobPlacement(Strict):
         description="EASY reservation: the estimated time this job (which cannot start now) can start; "
         "lower-ranked jobs that would delay it were not started",
     )
+
+
+class Placements(Columns[JobPlacement]):
+    """A decision's jobs as columns, in rank order (see ``JobPlacement`` for the fields).
+
+    ``nodes`` is flat: job ``i`` starts on the next ``node_count[i]`` names (0: it waits).
+    ``features`` holds one row per job over ``feature_columns`` (the features that drove its
+    priority), or no rows at all. Iterating yields ``JobPlacement`` rows (with ``features`` as a dict);
+    ``Placements.of(rows)`` builds the columns from rows.
+    """
+
+    ROW: ClassVar[type[BaseModel]] = JobPlacement
+    COLUMNS: ClassVar[tuple[str, ...]] = ("job_id", "rank", "priority", "node_count", "mode", "reserved_s")
+    OWNER: ClassVar[str] = "placements"
+
+    job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    rank: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="0 = first in the priority order"
+    )
+    priority: tuple[FiniteFloat, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    node_count: tuple[Annotated[int, Field(ge=0, le=4096)], ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="how many of ``nodes`` each job starts on; 0 = wait",
+    )
+    nodes: tuple[Name, ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="node names of every placed job, flat, in row order",
+    )
+    mode: tuple[Mode | None, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="placement strategy used (None: not placed)"
+    )
+    reserved_s: tuple[FiniteFloat | None, ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="EASY reservation: the estimated time the job (which cannot start now) can start; "
+        "lower-ranked jobs that would delay it were not started",
+    )
+    feature_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
+    features: tuple[tuple[FiniteFloat, ...], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="per job, over feature_columns (or no rows)"
+    )
+    _offsets: list[int] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(cls, rows: Iterable[JobPlacement]) -> Placements:
+        """Columns from rows (already validated); the first row's feature names name the columns."""
+        rows = tuple(rows)
+        names = tuple(rows[0].features) if rows else ()
+        cols: dict[str, Any] = {
+            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
+        }
+        cols["node_count"] = tuple(len(r.nodes) for r in rows)
+        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
+        cols["feature_columns"] = names
+        cols["features"] = tuple(tuple(r.features[c] for c in names) for r in rows) if names else ()
+        return cls(**cols)
+
+    @model_validator(mode="after")
+    def _rows_agree(self) -> Placements:
+        n = self._lengths()
+        check_flat("placements", "nodes", "node_count", len(self.nodes), self.node_count)
+        if self.features:
+            if len(self.features) != n:
+                raise ValueError(f"placements.features has {len(self.features)} rows, expected {n} or none")
+            _check_width("placements.features", self.features, len(self.feature_columns), "feature_columns")
+        return self
+
+    def offsets(self) -> list[int]:
+        """Where each job's names start in ``nodes``, plus the end."""
+        if self._offsets is None:
+            self._offsets = offsets_of(self.node_count)
+        return self._offsets
+
+    def _row_fields(self, i: int) -> dict[str, Any]:
+        o = self.offsets()
+        features = dict(zip(self.feature_columns, self.features[i], strict=True)) if self.features else {}
+        return {
+            "job_id": self.job_id[i],
+            "rank": self.rank[i],
+            "priority": self.priority[i],
+            "nodes": self.nodes[o[i] : o[i + 1]],
+            "mode": self.mode[i],
+            "features": features,
+            "reserved_s": self.reserved_s[i],
+        }
+
+    def take(self, index: Sequence[int]) -> Placements:
+        return Placements.of(self[i] for i in index)
+
+    def placed(self) -> list[JobPlacement]:
+        """The rows of the jobs that start now."""
+        return [self[i] for i, c in enumerate(self.node_count) if c]
 
 
 class PlacementDecision(Message):
@@ -155,7 +264,7 @@ class PlacementDecision(Message):
     policy: Name
     model_version: VersionName | None = None
     fallback: Reason | None = None
-    placements: tuple[JobPlacement, ...] = Field(max_length=HARD_MAX_ITEMS)
+    placements: Placements = Field(description="every featurized job in rank order, as columns")
     placer: Name | None = Field(default=None, description="placement strategy: 'cp-sat' or 'best-fit'")
     placer_status: Name | None = Field(
         default=None,
@@ -166,9 +275,9 @@ class PlacementDecision(Message):
 
     @field_validator("placements")
     @classmethod
-    def _limit(cls, value: tuple[JobPlacement, ...], info: ValidationInfo) -> tuple[JobPlacement, ...]:
+    def _limit(cls, value: Placements, info: ValidationInfo) -> Placements:
         check_count("placements", len(value), limits_of(info).max_jobs)
-        require_unique("placement job_id", (p.job_id for p in value))
+        require_unique("placement job_id", value.job_id)
         return value
 
 

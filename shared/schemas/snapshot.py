@@ -1,15 +1,14 @@
 """QueueSnapshot: what an adapter reports about one cluster at one moment.
 
-Why pending jobs as a list of small objects but running jobs and nodes as columns: the pending queue
-is what every stage reads job by job (and what a dead-letter record shows), while a big cluster
-reports thousands of running jobs and nodes that are only ever read as arrays. On the 1,213-node
-openb cluster with 4,532 running pods, one object per running pod made decoding a snapshot cost
-about 20 ms at every hop; the same data as columns (one JSON array per field) decodes in 2-3 ms and
-takes a third of the bytes. This is schema version 2 (version 1 sent lists of row objects).
-``RunningJob`` and ``NodeState`` stay as the row types: ``RunningJobs.of(rows)`` and
-``NodeStates.of(rows)`` build the columns from rows, and iterating the columns yields rows again.
-Why no automatic conversion of row lists: a "before" validator would make pydantic materialize the
-JSON as Python objects first and lose the fast columnar decoding it exists for.
+Why columns (``shared.schemas.columns``): a big cluster reports a queue of a thousand jobs,
+thousands of running jobs and nodes, and every hop of the pipeline decodes them. On the 1,213-node
+openb cluster with 6,120 running pods and 1,024 queued, one object per row made decoding a snapshot
+cost about 20 ms (schema version 1); columns for running jobs and nodes (version 2) about 8.6 ms,
+of which the 1,024 pending-job objects took 2.7 ms and the running jobs' per-job node lists most of
+the rest. Version 3 sends the pending jobs as columns too, and the running jobs' node names as one
+flat column with a per-job count. ``PendingJob``, ``RunningJob`` and ``NodeState`` stay as the row
+types: ``PendingJobs.of(rows)`` (and the others' ``of``) builds the columns from rows, and iterating
+the columns yields rows again.
 
 ``shared.schemas.views`` turns the snapshot into the featurizer's numpy arrays once, on arrival.
 
@@ -19,12 +18,13 @@ GPUs as a count plus a per-GPU share in milli-GPUs (1000 = whole GPUs).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from shared.schemas.base import FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
+from shared.schemas.columns import Columns, check_flat, offsets_of, require_unique
 from shared.schemas.limits import check_count, limits_of
 
 WHOLE = 1000
@@ -41,27 +41,6 @@ NonNegInt = Annotated[int, Field(ge=0)]
 def _fractional_only_single(gpus: int, gpu_milli: int) -> None:
     if gpu_milli < WHOLE and gpus != 1:
         raise ValueError(f"gpu_milli {gpu_milli} < 1000 (a GPU share) requires gpus == 1, got gpus {gpus}")
-
-
-def require_unique(name: str, values: Iterable[str]) -> None:
-    """Raise naming the first repeated value: ids must identify one entry."""
-    seen: set[str] = set()
-    for v in values:
-        if v in seen:
-            raise ValueError(f"{name} must be unique, {v!r} appears more than once")
-        seen.add(v)
-
-
-def _same_lengths(owner: str, columns: dict[str, Sequence[Any]]) -> int:
-    """The common length of ``columns``; raise naming the first column whose length differs."""
-    names = list(columns)
-    n = len(columns[names[0]])
-    for name in names[1:]:
-        if len(columns[name]) != n:
-            raise ValueError(
-                f"{owner}.{name} has {len(columns[name])} entries, expected {n} (as {owner}.{names[0]})"
-            )
-    return n
 
 
 class PendingJob(Strict):
@@ -117,20 +96,104 @@ class NodeState(Strict):
     state: NodeState_ = Field(default="up", description="drain/down nodes count as having nothing free")
 
 
+PENDING_COLUMNS = (
+    "job_id",
+    "submit_s",
+    "gpus",
+    "gpu_milli",
+    "gpu_types",
+    "cpus_milli",
+    "mem_mib",
+    "est_runtime_s",
+    "user",
+    "partition",
+    "qos",
+)
 RUNNING_COLUMNS = ("job_id", "nodes", "gpus", "gpu_milli", "start_s", "est_end_s")
 NODE_COLUMNS = ("name", "group", "free_gpus", "free_share_milli", "free_cpus_milli", "free_mem_mib", "state")
 
 
-class RunningJobs(Strict):
-    """The running jobs as columns: entry ``i`` of every column describes job ``i`` (see ``RunningJob``).
+def _check_shares(owner: str, ids: Sequence[str], gpus: Sequence[int], milli: Sequence[int]) -> None:
+    """A GPU share (gpu_milli < 1000) is only valid on a single-GPU job; name the first row that breaks it."""
+    if min(milli, default=WHOLE) >= WHOLE:
+        return  # no share at all: nothing to check (the common case, at C speed)
+    for i, (g, m) in enumerate(zip(gpus, milli, strict=True)):
+        if m < WHOLE and g != 1:
+            raise ValueError(
+                f"{owner} job {ids[i]!r} (entry {i}): gpu_milli {m} < 1000 (a GPU share) "
+                f"requires gpus == 1, got gpus {g}"
+            )
 
-    Every column must be given (all empty: no running job). Iterating yields ``RunningJob`` rows;
-    ``RunningJobs.of(rows)`` builds the columns from rows.
+
+class PendingJobs(Columns[PendingJob]):
+    """The pending jobs as columns: entry ``i`` of every column describes job ``i`` (see ``PendingJob``).
+
+    Every column must be given, all of the same length (all empty: an empty queue); ``-1`` CPUs or
+    memory mean "not given", an empty ``gpu_types`` entry "any type". Iterating yields ``PendingJob``
+    rows; ``PendingJobs.of(rows)`` builds the columns from rows.
     """
 
+    ROW: ClassVar[type[BaseModel]] = PendingJob
+    COLUMNS: ClassVar[tuple[str, ...]] = PENDING_COLUMNS
+    OWNER: ClassVar[str] = "pending"
+
     job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
-    nodes: tuple[NodeNames, ...] = Field(
-        default=(), max_length=HARD_MAX_ITEMS, description="node names per job"
+    submit_s: tuple[FiniteFloat, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="submit time, seconds on the cluster clock"
+    )
+    gpus: tuple[GpuCount, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="whole GPUs (1 for a fractional job)"
+    )
+    gpu_milli: tuple[GpuMilli, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="per-GPU share, 1000 = whole"
+    )
+    gpu_types: tuple[Annotated[tuple[Name, ...], Field(max_length=64)], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="allowed GPU types per job; empty = any"
+    )
+    cpus_milli: tuple[Annotated[int, Field(ge=-1)], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="milli-cores, -1 = not given"
+    )
+    mem_mib: tuple[Annotated[int, Field(ge=-1)], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="MiB, -1 = not given"
+    )
+    est_runtime_s: tuple[NonNegFloat, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="requested time limit / runtime estimate, seconds"
+    )
+    user: tuple[Name, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    partition: tuple[Name, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="partition / virtual cluster"
+    )
+    qos: tuple[Name, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+
+    @model_validator(mode="after")
+    def _rows_agree(self) -> PendingJobs:
+        self._lengths()
+        _check_shares("pending", self.job_id, self.gpus, self.gpu_milli)
+        return self
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        return self.job_id
+
+
+class RunningJobs(Columns[RunningJob]):
+    """The running jobs as columns: entry ``i`` of every column describes job ``i`` (see ``RunningJob``).
+
+    ``nodes`` is flat: job ``i`` runs on the next ``node_count[i]`` names (``node_lists()`` splits
+    them). Every column must be given (all empty: no running job). Iterating yields ``RunningJob``
+    rows; ``RunningJobs.of(rows)`` builds the columns from rows.
+    """
+
+    ROW: ClassVar[type[BaseModel]] = RunningJob
+    COLUMNS: ClassVar[tuple[str, ...]] = ("job_id", "node_count", "gpus", "gpu_milli", "start_s", "est_end_s")
+    OWNER: ClassVar[str] = "running"
+
+    job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    node_count: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="how many of ``nodes`` each job runs on"
+    )
+    nodes: tuple[Name, ...] = Field(
+        default=(), max_length=HARD_MAX_ITEMS, description="node names of every job, flat, in job order"
     )
     gpus: tuple[GpuCount, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     gpu_milli: tuple[GpuMilli, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -138,40 +201,66 @@ class RunningJobs(Strict):
     est_end_s: tuple[FiniteFloat, ...] = Field(
         default=(), max_length=HARD_MAX_ITEMS, description="start + time limit (estimated end)"
     )
+    _offsets: list[int] | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, rows: Iterable[RunningJob]) -> RunningJobs:
         """Columns from rows (already validated ``RunningJob`` objects)."""
         rows = tuple(rows)
-        return cls(**{c: tuple(getattr(r, c) for r in rows) for c in RUNNING_COLUMNS})
+        cols: dict[str, Any] = {
+            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
+        }
+        cols["node_count"] = tuple(len(r.nodes) for r in rows)
+        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
+        return cls(**cols)
 
     @model_validator(mode="after")
     def _rows_agree(self) -> RunningJobs:
-        _same_lengths("running", {c: getattr(self, c) for c in RUNNING_COLUMNS})
-        for i, (g, m) in enumerate(zip(self.gpus, self.gpu_milli, strict=True)):
-            if m < WHOLE and g != 1:
-                raise ValueError(
-                    f"running job {self.job_id[i]!r} (entry {i}): gpu_milli {m} < 1000 (a GPU share) "
-                    f"requires gpus == 1, got gpus {g}"
-                )
+        self._lengths()
+        check_flat("running", "nodes", "node_count", len(self.nodes), self.node_count)
+        _check_shares("running", self.job_id, self.gpus, self.gpu_milli)
         return self
 
-    def __len__(self) -> int:
-        return len(self.job_id)
+    def offsets(self) -> list[int]:
+        """Where each job's names start in ``nodes``, plus the end."""
+        if self._offsets is None:
+            self._offsets = offsets_of(self.node_count)
+        return self._offsets
 
-    def __iter__(self) -> Iterator[RunningJob]:  # type: ignore[override]  # rows, not (field, value)
-        for i in range(len(self.job_id)):
-            yield self[i]
+    def node_lists(self) -> list[tuple[str, ...]]:
+        """Each job's node names."""
+        o, nodes = self.offsets(), self.nodes
+        return [nodes[o[i] : o[i + 1]] for i in range(len(self.job_id))]
 
-    def __getitem__(self, i: int) -> RunningJob:
-        return RunningJob.model_construct(**{c: getattr(self, c)[i] for c in RUNNING_COLUMNS})
+    def first_nodes(self) -> tuple[str, ...]:
+        """Each job's first node (where its group is read from)."""
+        nodes = self.nodes
+        return tuple(nodes[k] for k in self.offsets()[:-1])
+
+    def _row_fields(self, i: int) -> dict[str, Any]:
+        o = self.offsets()
+        return {
+            "job_id": self.job_id[i],
+            "nodes": self.nodes[o[i] : o[i + 1]],
+            "gpus": self.gpus[i],
+            "gpu_milli": self.gpu_milli[i],
+            "start_s": self.start_s[i],
+            "est_end_s": self.est_end_s[i],
+        }
+
+    def take(self, index: Sequence[int]) -> RunningJobs:
+        return RunningJobs.of(self[i] for i in index)
 
 
-class NodeStates(Strict):
+class NodeStates(Columns[NodeState]):
     """The nodes as columns: entry ``i`` of every column describes node ``i`` (see ``NodeState``).
 
     Iterating yields ``NodeState`` rows; ``NodeStates.of(rows)`` builds the columns from rows.
     """
+
+    ROW: ClassVar[type[BaseModel]] = NodeState
+    COLUMNS: ClassVar[tuple[str, ...]] = NODE_COLUMNS
+    OWNER: ClassVar[str] = "nodes"
 
     name: tuple[Name, ...] = Field(min_length=1, max_length=HARD_MAX_ITEMS)
     group: tuple[Name, ...] = Field(max_length=HARD_MAX_ITEMS, description="node group in the cluster spec")
@@ -187,26 +276,10 @@ class NodeStates(Strict):
         max_length=HARD_MAX_ITEMS, description="drain/down nodes count as having nothing free"
     )
 
-    @classmethod
-    def of(cls, rows: Iterable[NodeState]) -> NodeStates:
-        """Columns from rows (already validated ``NodeState`` objects)."""
-        rows = tuple(rows)
-        return cls(**{c: tuple(getattr(r, c) for r in rows) for c in NODE_COLUMNS})
-
     @model_validator(mode="after")
     def _rows_agree(self) -> NodeStates:
-        _same_lengths("nodes", {c: getattr(self, c) for c in NODE_COLUMNS})
+        self._lengths()
         return self
-
-    def __len__(self) -> int:
-        return len(self.name)
-
-    def __iter__(self) -> Iterator[NodeState]:  # type: ignore[override]  # rows, not (field, value)
-        for i in range(len(self.name)):
-            yield self[i]
-
-    def __getitem__(self, i: int) -> NodeState:
-        return NodeState.model_construct(**{c: getattr(self, c)[i] for c in NODE_COLUMNS})
 
 
 class QueueSnapshot(Message):
@@ -214,23 +287,23 @@ class QueueSnapshot(Message):
 
     ``sequence`` increases with every snapshot of a cluster (ties broken by ``time``); consumers use
     it for latest-wins: an older snapshot still queued when a newer one was seen is skipped.
-    ``running`` and ``nodes`` are columns (``RunningJobs``, ``NodeStates``; build them from rows with
-    their ``of``).
+    ``pending``, ``running`` and ``nodes`` are columns (``PendingJobs``, ``RunningJobs``,
+    ``NodeStates``; build them from rows with their ``of``).
     """
 
     kind: ClassVar[str] = "snapshots"
 
     time: FiniteFloat = Field(description="snapshot time, seconds on the cluster clock")
     sequence: int = Field(ge=0, description="per-cluster snapshot counter (latest wins)")
-    pending: tuple[PendingJob, ...] = Field(max_length=HARD_MAX_ITEMS)
+    pending: PendingJobs = Field(default_factory=PendingJobs, description="pending jobs, as columns")
     running: RunningJobs = Field(default_factory=RunningJobs, description="running jobs, as columns")
     nodes: NodeStates = Field(description="node states, as columns")
 
     @field_validator("pending")
     @classmethod
-    def _pending_limits(cls, value: tuple[PendingJob, ...], info: ValidationInfo) -> tuple[PendingJob, ...]:
+    def _pending_limits(cls, value: PendingJobs, info: ValidationInfo) -> PendingJobs:
         check_count("pending", len(value), limits_of(info).max_jobs)
-        require_unique("pending job_id", (j.job_id for j in value))
+        require_unique("pending job_id", value.job_id)
         return value
 
     @field_validator("running")
@@ -250,7 +323,9 @@ class QueueSnapshot(Message):
     @model_validator(mode="after")
     def _running_on_known_nodes(self) -> QueueSnapshot:
         names = set(self.nodes.name)
-        for job, on in zip(self.running.job_id, self.running.nodes, strict=True):
+        if names.issuperset(self.running.nodes):
+            return self  # the common case, at C speed
+        for job, on in zip(self.running.job_id, self.running.node_lists(), strict=True):
             for node in on:
                 if node not in names:
                     raise ValueError(f"running job {job!r} is on node {node!r}, absent from nodes")

@@ -25,6 +25,7 @@ What a snapshot does not say, and what is assumed instead:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,9 +152,9 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
     end = np.array(running.est_end_s, dtype=np.float64)
     gpus = np.array(running.gpus, dtype=np.int64)
     milli = np.array(running.gpu_milli, dtype=np.int64)
-    count = np.fromiter(map(len, running.nodes), dtype=np.int64, count=n)
+    count = np.array(running.node_count, dtype=np.int64).reshape(n)
     slot_of = layout.slot_of
-    slot = np.array([slot_of[name] for on in running.nodes for name in on], dtype=np.int64)
+    slot = np.fromiter(map(slot_of.__getitem__, running.nodes), dtype=np.int64, count=len(running.nodes))
     job = np.repeat(np.arange(n, dtype=np.int64), count)
     k = np.arange(len(job), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     frac = (milli < WHOLE_GPU_MILLI)[job]
@@ -177,7 +178,7 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
 
 
 def snapshot_state(
-    snapshot: QueueSnapshot, spec: ClusterSpec, track: Sequence[int] | set[int] = ()
+    snapshot: QueueSnapshot, spec: ClusterSpec, track: Sequence[int] | AbstractSet[int] = ()
 ) -> SnapshotState:
     """The ``ClusterState`` of ``snapshot``; ``track`` are the groups that keep per-GPU shares (those
     where a fractional job may be placed). Raises ValueError naming a node that contradicts the spec.

@@ -22,7 +22,7 @@ distinct request (binding's rules are per request, not per job).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +32,7 @@ from shared.domain.cluster import ClusterSpec
 from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
 from shared.schemas.messages import ExcludedJob
-from shared.schemas.snapshot import WHOLE, NodeState, NodeStates, PendingJob, QueueSnapshot
+from shared.schemas.snapshot import WHOLE, NodeState, NodeStates, PendingJob, PendingJobs, QueueSnapshot
 from shared.sim.binding import fits_empty_group
 
 __all__ = [
@@ -56,7 +56,10 @@ MATRIX_COLUMNS: tuple[str, ...] = (*JOB_FEATURES, WAYS_COLUMN)
 
 @dataclass(frozen=True)
 class SnapshotViews:
-    """The arrays of one snapshot: ``queue`` rows follow ``job_ids``; ``excluded`` jobs are left out."""
+    """The arrays of one snapshot: ``queue`` rows follow ``job_ids``; ``excluded`` jobs are left out.
+
+    ``rows[i]`` is the position of job ``job_ids[i]`` in ``snapshot.pending``.
+    """
 
     queue: QueueView
     cluster: ClusterView
@@ -65,6 +68,7 @@ class SnapshotViews:
     excluded: tuple[ExcludedJob, ...]
     vc_names: tuple[str, ...]
     user_names: tuple[str, ...]
+    rows: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,7 +262,7 @@ def _fits_empty(
     return out
 
 
-def bind_pending(jobs: Sequence[PendingJob], spec: ClusterSpec, node_slack: int = 0) -> PendingBinding:
+def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> PendingBinding:
     """Fill default requests and find each job's eligible node groups (``shared.sim.binding``'s rules).
 
     Jobs no group can ever hold are excluded with the reason; the rest keep their input order.
@@ -270,10 +274,10 @@ def bind_pending(jobs: Sequence[PendingJob], spec: ClusterSpec, node_slack: int 
     groups = spec.node_groups
     n_groups = len(groups)
     d = spec.defaults
-    gpus = np.fromiter((j.gpus for j in jobs), dtype=np.int64, count=n)
-    milli = np.fromiter((j.gpu_milli for j in jobs), dtype=np.int64, count=n)
-    cpus_in = np.fromiter((j.cpus_milli for j in jobs), dtype=np.int64, count=n)
-    mem_in = np.fromiter((j.mem_mib for j in jobs), dtype=np.int64, count=n)
+    gpus = np.array(jobs.gpus, dtype=np.int64).reshape(n)
+    milli = np.array(jobs.gpu_milli, dtype=np.int64).reshape(n)
+    cpus_in = np.array(jobs.cpus_milli, dtype=np.int64).reshape(n)
+    mem_in = np.array(jobs.mem_mib, dtype=np.int64).reshape(n)
     demand = gpus * milli / WHOLE
     cpu_only = gpus == 0
     cpu_default = np.where(
@@ -288,8 +292,8 @@ def bind_pending(jobs: Sequence[PendingJob], spec: ClusterSpec, node_slack: int 
     # allowed GPU types and partitions: one row per distinct value, gathered per job
     type_rows: dict[tuple[str, ...], int] = {}
     part_rows: dict[str, int] = {}
-    type_of = np.fromiter((type_rows.setdefault(j.gpu_types, len(type_rows)) for j in jobs), np.int64, n)
-    part_of = np.fromiter((part_rows.setdefault(j.partition, len(part_rows)) for j in jobs), np.int64, n)
+    type_of = np.fromiter((type_rows.setdefault(t, len(type_rows)) for t in jobs.gpu_types), np.int64, n)
+    part_of = np.fromiter((part_rows.setdefault(p, len(part_rows)) for p in jobs.partition), np.int64, n)
     type_ok = np.array([[not t or g.gpu_type in t for g in groups] for t in type_rows], dtype=bool).reshape(
         len(type_rows), n_groups
     )
@@ -351,23 +355,26 @@ def snapshot_views(
     """
     layout = node_layout(spec, snapshot.nodes)
     pending = snapshot.pending
+    base = list(range(len(pending)))
     if only is not None:
         wanted = only if isinstance(only, set | frozenset | dict) else set(only)
-        pending = tuple(j for j in pending if j.job_id in wanted)
+        base = [i for i, j in enumerate(pending.job_id) if j in wanted]
+        pending = pending.take(base)
     bound = bind_pending(pending, spec, node_slack)
-    kept = [pending[i] for i in bound.kept]
+    rows = list(bound.kept)
+    kept = pending.take(rows)
 
     eligible = bound.eligible
     spec_vcs = sorted({p for g in spec.node_groups for p in g.partitions} | set(spec.partitions))
-    vc, vc_names = _codes([j.partition for j in kept], spec_vcs)
-    user, user_names = _codes([j.user for j in kept], [])
+    vc, vc_names = _codes(list(kept.partition), spec_vcs)
+    user, user_names = _codes(list(kept.user), [])
     queue = QueueView(
-        gpus=np.array([j.gpus for j in kept], dtype=np.int64),
-        gpu_milli=np.array([j.gpu_milli for j in kept], dtype=np.int64),
+        gpus=np.array(kept.gpus, dtype=np.int64).reshape(len(rows)),
+        gpu_milli=np.array(kept.gpu_milli, dtype=np.int64).reshape(len(rows)),
         cpus_milli=np.array(bound.cpus_milli, dtype=np.int64),
         mem_mib=np.array(bound.mem_mib, dtype=np.int64),
-        est_runtime_s=np.array([j.est_runtime_s for j in kept], dtype=np.float64),
-        submit_s=np.array([j.submit_s for j in kept], dtype=np.float64),
+        est_runtime_s=np.array(kept.est_runtime_s, dtype=np.float64).reshape(len(rows)),
+        submit_s=np.array(kept.submit_s, dtype=np.float64).reshape(len(rows)),
         user=np.array(user, dtype=np.int64),
         vc=np.array(vc, dtype=np.int64),
         eligible=eligible,
@@ -376,7 +383,7 @@ def snapshot_views(
     index = layout.index
     # one pass over the running jobs (thousands of them on a big cluster)
     running = snapshot.running
-    run_group = [index[on[0]][0] for on in running.nodes]
+    run_group = [index[on][0] for on in running.first_nodes()]
     run_milli = np.array(running.gpus, dtype=np.int64) * np.array(running.gpu_milli, dtype=np.int64)
     run_end = running.est_end_s
     cluster = ClusterView(
@@ -399,7 +406,8 @@ def snapshot_views(
         queue=queue,
         cluster=cluster,
         now=snapshot.time,
-        job_ids=tuple(j.job_id for j in kept),
+        job_ids=kept.job_id,
+        rows=tuple(base[i] for i in rows),
         excluded=bound.excluded,
         vc_names=vc_names,
         user_names=user_names,

@@ -9,7 +9,7 @@ inserted through RETURNING, so callers learn whether the message was new.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, ShadowPriorities
-from shared.schemas.snapshot import PendingJob, QueueSnapshot
+from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.store.models import (
     Cluster,
     Decision,
@@ -66,25 +66,38 @@ async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
     return await record_pending(conn, snapshot.cluster, snapshot.pending)
 
 
-async def record_pending(conn: AsyncConnection, cluster: str, jobs: Iterable[PendingJob]) -> int:
+async def record_pending(conn: AsyncConnection, cluster: str, jobs: PendingJobs) -> int:
     """Record pending jobs of ``cluster`` the first time they are seen; returns the new ones."""
     await ensure_cluster(conn, cluster)
     rows = [
         {
             "cluster": cluster,
-            "job_id": j.job_id,
-            "submit_s": j.submit_s,
-            "gpus": j.gpus,
-            "gpu_milli": j.gpu_milli,
-            "cpus_milli": j.cpus_milli,
-            "mem_mib": j.mem_mib,
-            "est_runtime_s": j.est_runtime_s,
-            "user_name": j.user,
-            "partition": j.partition,
-            "qos": j.qos,
-            "gpu_types": list(j.gpu_types),
+            "job_id": job_id,
+            "submit_s": submit,
+            "gpus": gpus,
+            "gpu_milli": milli,
+            "cpus_milli": cpus,
+            "mem_mib": mem,
+            "est_runtime_s": est,
+            "user_name": user,
+            "partition": partition,
+            "qos": qos,
+            "gpu_types": list(types),
         }
-        for j in jobs
+        for job_id, submit, gpus, milli, cpus, mem, est, user, partition, qos, types in zip(
+            jobs.job_id,
+            jobs.submit_s,
+            jobs.gpus,
+            jobs.gpu_milli,
+            jobs.cpus_milli,
+            jobs.mem_mib,
+            jobs.est_runtime_s,
+            jobs.user,
+            jobs.partition,
+            jobs.qos,
+            jobs.gpu_types,
+            strict=True,
+        )
     ]
     return await insert_or_ignore(conn, table_of(Job), rows, ["cluster", "job_id"])
 
@@ -93,26 +106,33 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
     """Store one row per job of a decision; a redelivered decision inserts nothing."""
     await ensure_cluster(conn, decision.cluster)
     total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
+    cols = decision.placements
+    offsets = cols.offsets()
+    names = cols.feature_columns
+    features = cols.features or ((),) * len(cols)
+    latencies = dict(decision.latencies_ms)
     rows = [
         {
             "correlation_id": decision.correlation_id,
             "cluster": decision.cluster,
-            "job_id": p.job_id,
+            "job_id": job_id,
             "snapshot_time": decision.snapshot_time,
             "sequence": decision.sequence,
-            "rank": p.rank,
-            "priority": p.priority,
-            "nodes": list(p.nodes),
-            "placed": bool(p.nodes),
-            "mode": p.mode,
+            "rank": rank,
+            "priority": priority,
+            "nodes": list(cols.nodes[offsets[i] : offsets[i + 1]]),
+            "placed": offsets[i + 1] > offsets[i],
+            "mode": mode,
             "policy": decision.policy,
             "model_version": decision.model_version,
             "fallback": decision.fallback,
-            "features": dict(p.features),
-            "latencies_ms": dict(decision.latencies_ms),
+            "features": dict(zip(names, values, strict=True)),
+            "latencies_ms": latencies,
             "latency_ms": total,
         }
-        for p in decision.placements
+        for i, (job_id, rank, priority, mode, values) in enumerate(
+            zip(cols.job_id, cols.rank, cols.priority, cols.mode, features, strict=True)
+        )
     ]
     return await insert_or_ignore(conn, table_of(Decision), rows, ["correlation_id", "job_id"])
 

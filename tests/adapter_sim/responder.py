@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 
 from shared.bus import Consumer, Delivery
 from shared.domain.cluster import ClusterSpec
-from shared.schemas import JobPlacement, PendingJob, PlacementDecision, QueueSnapshot, snapshot_views
+from shared.schemas import (
+    JobPlacement,
+    PendingJob,
+    PlacementDecision,
+    Placements,
+    QueueSnapshot,
+    snapshot_views,
+)
 from shared.schemas.stage_error import StageError
 from tests.conftest_services import Bus
 
@@ -77,7 +84,7 @@ class Responder:
             sequence=snapshot.sequence,
             policy=self.order,
             fallback="no model loaded",
-            placements=tuple(placements),
+            placements=Placements.of(placements),
         )
         await bus.publisher.publish(decision)
 

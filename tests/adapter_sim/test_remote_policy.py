@@ -7,7 +7,7 @@ import pytest
 
 from services.adapter_sim.remote_policy import keys_from_decision
 from services.adapter_sim.snapshot import SnapshotBuilder, SnapshotError, node_names
-from shared.schemas import JobPlacement, PlacementDecision
+from shared.schemas import JobPlacement, PlacementDecision, Placements
 from shared.sim.evaluate import prepare_workload
 
 
@@ -18,7 +18,7 @@ def _decision(*ranked: tuple[str, int, float]) -> PlacementDecision:
         snapshot_time=0.0,
         sequence=0,
         policy="model",
-        placements=tuple(JobPlacement(job_id=j, rank=r, priority=p) for j, r, p in ranked),
+        placements=Placements.of(JobPlacement(job_id=j, rank=r, priority=p) for j, r, p in ranked),
     )
 
 

@@ -17,7 +17,7 @@ from services.adapter_slurm.commands import SlurmCommandError
 from services.adapter_slurm.model import SlurmJob
 from services.adapter_slurm.outcomes import OutcomeTracker
 from shared.domain.cluster import load_cluster_spec
-from shared.schemas import JobPlacement, PlacementDecision, QueueSnapshot, snapshot_views
+from shared.schemas import JobPlacement, PlacementDecision, Placements, QueueSnapshot, snapshot_views
 from tests.adapter_slurm.conftest import SlurmCluster, start_cluster, wait_for
 
 LATER = "--begin=now+3600"
@@ -38,7 +38,9 @@ def decision_for(snapshot: QueueSnapshot, order: list[str]) -> PlacementDecision
         snapshot_time=snapshot.time,
         sequence=snapshot.sequence,
         policy="test",
-        placements=tuple(JobPlacement(job_id=j, rank=r, priority=float(-r)) for r, j in enumerate(order)),
+        placements=Placements.of(
+            JobPlacement(job_id=j, rank=r, priority=float(-r)) for r, j in enumerate(order)
+        ),
     )
 
 

@@ -17,7 +17,7 @@ from services.adapter_slurm.priorities import Plan, PriorityBand, Update, plan_u
 from services.adapter_slurm.settings import SlurmAdapterSettings
 from services.adapter_slurm.snapshot import GroupResolver, JobFilter, NodeGroupError
 from shared.domain.cluster import load_cluster_spec
-from shared.schemas import JobPlacement, PlacementDecision
+from shared.schemas import JobPlacement, PlacementDecision, Placements
 
 # -- notations --------------------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ def decision(*order: str, nodes: dict[str, tuple[str, ...]] | None = None) -> Pl
         snapshot_time=1.0,
         sequence=1,
         policy="test",
-        placements=tuple(
+        placements=Placements.of(
             JobPlacement(job_id=j, rank=r, priority=0.0, nodes=nodes.get(j, ())) for r, j in enumerate(order)
         ),
     )

@@ -21,7 +21,7 @@ import pytest_asyncio
 from services.adapter_sim.stack import free_port
 from services.adapter_slurm.poll_loop import PollLoop
 from services.adapter_slurm.service import DEFINITION
-from shared.schemas import JobOutcome, JobPlacement, PlacementDecision, QueueSnapshot, decode
+from shared.schemas import JobOutcome, JobPlacement, PlacementDecision, Placements, QueueSnapshot, decode
 from shared.schemas.base import Message
 from shared.service import ServiceRuntime, ServiceSettings
 from shared.store.settings import StoreSettings
@@ -113,7 +113,7 @@ async def test_service_publishes_snapshots_and_applies_decisions(
             snapshot_time=snap.time,
             sequence=snap.sequence + 10**9,  # newer than any snapshot the service has seen
             policy="test",
-            placements=(JobPlacement(job_id=job, rank=0, priority=1.0),),
+            placements=Placements.of([JobPlacement(job_id=job, rank=0, priority=1.0)]),
         )
         await bus.publisher.publish(decision)
 

@@ -36,7 +36,7 @@ from html.parser import HTMLParser
 from PIL import Image
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.schemas import JobOutcome, JobPlacement, PlacementDecision
+from shared.schemas import JobOutcome, JobPlacement, PlacementDecision, Placements
 from shared.store import (
     create_engine,
     ensure_cluster,
@@ -89,7 +89,7 @@ def snapshot_decision(c: str, k: int) -> PlacementDecision:
         policy="model" if model else "fcfs",
         model_version=f"{c}-m1" if model else None,
         fallback=fallback,
-        placements=placements,
+        placements=Placements.of(placements),
         latencies_ms={"featurizer": float(k), "prioritizer": 2.0, "placer": 1.0},
     )
 

@@ -14,7 +14,9 @@ from shared.schemas import (
     NodeState,
     NodeStates,
     PendingJob,
+    PendingJobs,
     PlacementDecision,
+    Placements,
     PriorityVector,
     QueueSnapshot,
     RunningJob,
@@ -82,7 +84,7 @@ def snapshot(
         correlation_id=correlation_id,
         time=100.0 + sequence,
         sequence=sequence,
-        pending=pending,
+        pending=PendingJobs.of(pending),
         running=RunningJobs.of(running),
         nodes=NodeStates.of(nodes),
     )
@@ -145,7 +147,7 @@ def decision(
         sequence=sequence,
         policy="model" if model_version else "fcfs",
         model_version=model_version,
-        placements=placements,
+        placements=Placements.of(placements),
         latencies_ms={"featurizer": 0.8, "prioritizer": 2.0, "placer": 1.2},
     )
 

@@ -12,12 +12,16 @@ from shared.schemas import (
     DeadLetter,
     FeatureMatrix,
     JobOutcome,
+    JobPlacement,
     Limits,
     MessageError,
     NodeStates,
     PendingJob,
+    PendingJobs,
+    Placements,
     PriorityVector,
     QueueSnapshot,
+    RunningJob,
     RunningJobs,
     SubjectError,
     Subjects,
@@ -51,10 +55,10 @@ def test_every_message_round_trips(message: object) -> None:
 
 def test_wrong_type_names_the_field_and_the_expected_type() -> None:
     doc = snapshot_doc()
-    doc["pending"][1]["gpus"] = "2"  # type: ignore[index]
+    doc["pending"]["gpus"][1] = "2"  # type: ignore[index]
     err = reject(doc)
-    assert "pending.1.gpus" in err.reason and "valid integer" in err.reason and "'2'" in err.reason
-    assert err.errors[0].loc == "pending.1.gpus" and err.errors[0].type == "int_type"
+    assert "pending.gpus.1" in err.reason and "valid integer" in err.reason and "'2'" in err.reason
+    assert err.errors[0].loc == "pending.gpus.1" and err.errors[0].type == "int_type"
 
 
 def test_unknown_schema_version_is_refused_with_the_supported_ones() -> None:
@@ -64,7 +68,7 @@ def test_unknown_schema_version_is_refused_with_the_supported_ones() -> None:
     assert (
         "schema_version" in err.reason
         and "unsupported schema_version 99" in err.reason
-        and "[2]" in err.reason
+        and "[3]" in err.reason
     )
 
 
@@ -84,8 +88,8 @@ def test_invalid_json_and_non_object() -> None:
 
 def test_non_finite_and_negative_values() -> None:
     doc = snapshot_doc()
-    doc["pending"][0]["est_runtime_s"] = -1.0  # type: ignore[index]
-    assert "pending.0.est_runtime_s" in reject(doc).reason
+    doc["pending"]["est_runtime_s"][0] = -1.0  # type: ignore[index]
+    assert "pending.est_runtime_s.0" in reject(doc).reason
     with pytest.raises(ValueError, match="finite"):
         PendingJob(job_id="x", submit_s=float("nan"), gpus=1, est_runtime_s=1.0)
 
@@ -112,11 +116,11 @@ def test_byte_limit_is_checked_before_parsing_and_on_encode() -> None:
 
 def test_duplicates_and_unknown_nodes_are_refused() -> None:
     doc = snapshot_doc()
-    doc["pending"][1]["job_id"] = "j0"  # type: ignore[index]
+    doc["pending"]["job_id"][1] = "j0"  # type: ignore[index]
     assert "'j0' appears more than once" in reject(doc).reason
     doc = snapshot_doc()
-    doc["running"]["nodes"][0] = ["ghost"]  # type: ignore[index]
-    assert "node 'ghost', absent from nodes" in reject(doc).reason
+    doc["running"]["nodes"][0] = "ghost"  # type: ignore[index]
+    assert "running job 'r0' is on node 'ghost', absent from nodes" in reject(doc).reason
     doc = snapshot_doc()
     doc["nodes"]["name"][1] = doc["nodes"]["name"][0]  # type: ignore[index]
     assert "node name must be unique" in reject(doc).reason
@@ -137,6 +141,69 @@ def test_running_jobs_and_nodes_travel_as_columns_of_equal_length() -> None:
     assert "running job 'r0' (entry 0): gpu_milli 500 < 1000 (a GPU share) requires gpus == 1" in (
         reject(doc).reason
     )
+
+
+def test_pending_jobs_travel_as_columns_and_read_back_as_rows() -> None:
+    snap = snapshot(n_jobs=3)
+    doc = snapshot_doc()
+    assert isinstance(doc["pending"], dict) and doc["pending"]["job_id"] == ["j0", "j1", "j2"]
+    assert [j.job_id for j in snap.pending] == ["j0", "j1", "j2"] and snap.pending[-1].job_id == "j2"
+    assert PendingJobs.of(list(snap.pending)) == snap.pending
+    assert snap.pending.take([2, 0]).job_id == ("j2", "j0") and snap.pending.take([0, 1, 2]) is snap.pending
+    with pytest.raises(IndexError, match="pending row 3 out of range"):
+        snap.pending[3]
+    doc["pending"]["qos"] = doc["pending"]["qos"][:1]  # type: ignore[index]
+    assert "pending.qos has 1 entries, expected 3 (as pending.job_id)" in reject(doc).reason
+    doc = snapshot_doc()
+    doc["pending"]["gpu_milli"][0] = 500  # type: ignore[index]
+    doc["pending"]["gpus"][0] = 2  # type: ignore[index]
+    assert "pending job 'j0' (entry 0): gpu_milli 500 < 1000 (a GPU share) requires gpus == 1" in (
+        reject(doc).reason
+    )
+
+
+def test_a_running_jobs_nodes_are_flat_with_a_count_per_job() -> None:
+    rows = [
+        RunningJob(job_id="a", nodes=("v0", "v1"), gpus=8, start_s=0.0, est_end_s=9.0),
+        RunningJob(job_id="b", nodes=("t0",), gpus=1, gpu_milli=250, start_s=1.0, est_end_s=5.0),
+    ]
+    cols = RunningJobs.of(rows)
+    assert cols.nodes == ("v0", "v1", "t0") and cols.node_count == (2, 1)
+    assert cols.node_lists() == [("v0", "v1"), ("t0",)] and cols.first_nodes() == ("v0", "t0")
+    assert list(cols) == rows and cols.take([1]).job_id == ("b",)
+    with pytest.raises(
+        ValueError, match=r"running.nodes has 2 entries, expected 3 \(the sum of running.node_count\)"
+    ):
+        RunningJobs(**{**cols.model_dump(), "nodes": ("v0", "v1")})
+
+
+def test_placements_travel_as_columns_with_features_per_job() -> None:
+    rows = [
+        JobPlacement(
+            job_id="a", rank=0, priority=2.0, nodes=("v0", "v1"), mode="spread", features={"x": 0.5}
+        ),
+        JobPlacement(job_id="b", rank=1, priority=1.0, reserved_s=30.0, features={"x": 0.25}),
+    ]
+    cols = Placements.of(rows)
+    assert cols.node_count == (2, 0) and cols.feature_columns == ("x",) and cols.features == ((0.5,), (0.25,))
+    assert list(cols) == rows and cols.placed() == rows[:1]
+    with pytest.raises(
+        ValueError, match=r"placements.features row 1 has 2 entries, expected 1 \(feature_columns\)"
+    ):
+        Placements(**{**cols.model_dump(), "features": ((0.5,), (0.25, 1.0))})
+    with pytest.raises(ValueError, match=r"placements\.features has 1 rows, expected 2 or none"):
+        Placements(**{**cols.model_dump(), "features": ((0.5,),)})
+    bare = Placements.of([JobPlacement(job_id="c", rank=0, priority=1.0)])
+    assert bare.features == () and bare[0].features == {}
+
+
+def test_the_version_2_pending_rows_are_refused_with_the_field_named() -> None:
+    doc = snapshot_doc()
+    columns = doc["pending"]
+    assert isinstance(columns, dict)
+    doc["pending"] = [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    err = reject(doc)
+    assert err.errors[0].loc == "pending" and "pending: Input should be an object" in err.reason
 
 
 def test_the_version_1_row_format_is_refused_with_the_field_named() -> None:
@@ -162,7 +229,7 @@ def test_derived_messages_check_their_shapes() -> None:
     bad_rows = json.loads(encode(fm)) | {"values": [[0.1, 0.2]]}
     assert "values has 1 rows, expected one per job" in reject(bad_rows, FeatureMatrix).reason
     twice = json.loads(encode(fm))
-    twice["jobs"][1]["job_id"] = twice["jobs"][0]["job_id"]
+    twice["jobs"]["job_id"][1] = twice["jobs"]["job_id"][0]
     assert "jobs job_id must be unique" in reject(twice, FeatureMatrix).reason
     wrong_origin = json.loads(encode(priorities(fm)))
     wrong_origin["matrix"]["correlation_id"] = "other"

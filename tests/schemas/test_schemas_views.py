@@ -11,6 +11,7 @@ from shared.schemas import (
     NodeState,
     NodeStates,
     PendingJob,
+    PendingJobs,
     QueueSnapshot,
     RunningJob,
     RunningJobs,
@@ -36,7 +37,7 @@ def snap(
         correlation_id="c",
         time=50.0,
         sequence=1,
-        pending=pending,
+        pending=PendingJobs.of(pending),
         nodes=NodeStates.of(nodes) if nodes else snapshot().nodes,
         running=RunningJobs.of(running),
     )

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.schemas import NodeState, NodeStates, PendingJob, QueueSnapshot, RunningJob, RunningJobs
+from shared.schemas import (
+    NodeState,
+    NodeStates,
+    PendingJob,
+    PendingJobs,
+    QueueSnapshot,
+    RunningJob,
+    RunningJobs,
+)
 from shared.sim.binding import BoundWorkload
 from shared.sim.placement import make_placer
 from shared.sim.state import Alloc, ClusterState
@@ -141,7 +149,7 @@ def snapshot_of(
         correlation_id=correlation_id,
         time=float(now),
         sequence=sequence,
-        pending=tuple(pending_job(w, int(j), sim.estimate) for j in queued),
+        pending=PendingJobs.of(pending_job(w, int(j), sim.estimate) for j in queued),
         running=RunningJobs.of(running),
         nodes=NodeStates.of(nodes),
     )

@@ -11,6 +11,7 @@ from shared.schemas import (
     NodeState,
     NodeStates,
     PendingJob,
+    PendingJobs,
     PriorityVector,
     QueueSnapshot,
     RunningJob,
@@ -97,7 +98,7 @@ def snap(
         correlation_id=correlation_id,
         time=time,
         sequence=7,
-        pending=tuple(pending),
+        pending=PendingJobs.of(pending),
         running=RunningJobs.of(running),
         nodes=NodeStates.of(nodes),
     )
@@ -129,7 +130,7 @@ def check_allocations(
     track = set(range(len(spec.node_groups)))
     ss = snapshot_state(snapshot, spec, track)
     st = ss.state
-    jobs = [j for j, _ in allocs]
+    jobs = PendingJobs.of(j for j, _ in allocs)
     binding = bind_pending(jobs, spec, node_slack)
     groups = dict(zip(binding.kept, binding.groups, strict=True))
     cpus = dict(zip(binding.kept, binding.cpus_milli, strict=True))

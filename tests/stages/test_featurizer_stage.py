@@ -17,7 +17,7 @@ from shared.features import (
     SimViewBuilder,
     compute_features,
 )
-from shared.schemas import FeatureMatrix, Limits, QueueSnapshot, decode, encode
+from shared.schemas import FeatureMatrix, Limits, PendingJobs, QueueSnapshot, decode, encode
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import MATRIX_COLUMNS
 from shared.sim.binding import bind_jobs
@@ -108,7 +108,7 @@ def test_larger_limits_reach_the_matrix() -> None:
     jobs = [pend(f"j{i}", 1, submit=float(i)) for i in range(5000)]
     small_snap = snap(jobs[:1], nodes)
     big = QueueSnapshot.model_validate(  # a snapshot decoded under raised limits
-        {**dict(small_snap), "pending": tuple(jobs)}, context=Limits(max_jobs=8192).context()
+        {**dict(small_snap), "pending": PendingJobs.of(jobs)}, context=Limits(max_jobs=8192).context()
     )
     with pytest.raises(StageError, match="more than the limit of 4096"):
         FeaturizerStage({"two": two_group_spec()}).handle(big)

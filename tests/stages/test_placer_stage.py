@@ -11,7 +11,7 @@ from services.featurizer.stage import FeaturizerStage
 from services.placer.stage import PlacerStage, _Job, rank_order
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.placement import PlacerSettings
-from shared.schemas import PendingJob, PlacementDecision, QueueSnapshot, decode, encode
+from shared.schemas import PendingJob, PendingJobs, PlacementDecision, QueueSnapshot, decode, encode
 from shared.schemas.snapshot_state import snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
@@ -220,7 +220,7 @@ def test_both_placers_produce_valid_placements_with_the_easy_guarantee(seed: int
         d = stage.handle(v, s)
         results[placement] = d
         # replay the allocations behind the decision: each fits what the earlier ones left
-        jobs = [by_id[j] for j in m.job_ids]
+        jobs = PendingJobs.of(by_id[j] for j in m.job_ids)
         binding = bind_pending(jobs, spec)
         track = {
             g
@@ -316,3 +316,25 @@ def test_a_failing_cp_sat_solve_leaves_the_decision_to_best_fit(monkeypatch: pyt
     d = stage.handle(v, s)
     assert (d.placer, d.placer_status) == ("cp-sat", "ERROR_FALLBACK")
     assert placed(d) == placed(PlacerStage(specs, placement="best-fit").handle(v, s)) != {}
+
+
+def test_a_snapshot_prepared_ahead_gives_the_same_decision_once() -> None:
+    """Best-fit only: CP-SAT under a time limit may legitimately decide differently twice."""
+    placement = "best-fit"
+    s, spec = sim_snapshot(2)
+    specs = {"embedded": spec}
+    m = FeaturizerStage(specs).handle(s)
+    prio = np.random.default_rng(2).permutation(len(m.job_ids)).astype(float) + 1
+    v = vector(m, prio)
+    fresh = PlacerStage(specs, placement=placement).handle(v, s)  # type: ignore[arg-type]
+    stage = PlacerStage(specs, placement=placement)  # type: ignore[arg-type]
+    prepared = stage.prepare(s)
+    ahead = stage.handle(v, s, prepared=prepared)
+    assert prepared.used and sum(1 for c in ahead.placements.node_count if c) > 0
+    assert ahead.placements == fresh.placements and ahead.placer_status == fresh.placer_status
+    # used once: the walk changed its state, so a second decision builds its own
+    again = stage.handle(v, s, prepared=prepared)
+    assert again.placements == fresh.placements
+    other, _ = sim_snapshot(3)
+    with pytest.raises(StageError, match="does not fit cluster spec"):
+        PlacerStage({"embedded": load_cluster_spec("philly")}).prepare(other)

@@ -13,6 +13,7 @@ from shared.policies.snapshot_keys import (
     priorities_from_keys,
     snapshot_keys,
 )
+from shared.schemas import PendingJobs
 from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import pending_job
@@ -20,12 +21,14 @@ from tests.stages.stage_helpers import pend
 
 
 def test_fcfs_priorities_break_ties_by_submit_then_position() -> None:
-    jobs = [
-        pend("a", 1, submit=5.0),
-        pend("b", 1, submit=1.0),
-        pend("c", 1, submit=3.0),
-        pend("d", 1, submit=1.0),
-    ]
+    jobs = PendingJobs.of(
+        [
+            pend("a", 1, submit=5.0),
+            pend("b", 1, submit=1.0),
+            pend("c", 1, submit=3.0),
+            pend("d", 1, submit=1.0),
+        ]
+    )
     keys = snapshot_keys("fcfs", jobs, now=10.0)
     submit = np.array([j.submit_s for j in jobs])
     # order b (1, first), d (1, second), c (3), a (5): Q = 4 for the first, 1 for the last
@@ -33,12 +36,14 @@ def test_fcfs_priorities_break_ties_by_submit_then_position() -> None:
 
 
 def test_sjf_and_wfp3_by_hand() -> None:
-    jobs = [
-        pend("a", 1, est=600.0),
-        pend("b", 2, est=60.0),
-        pend("c", 1, est=60.0),
-        pend("d", 1, est=3600.0, submit=-3600.0),
-    ]
+    jobs = PendingJobs.of(
+        [
+            pend("a", 1, est=600.0),
+            pend("b", 2, est=60.0),
+            pend("c", 1, est=60.0),
+            pend("d", 1, est=3600.0, submit=-3600.0),
+        ]
+    )
     submit = np.array([j.submit_s for j in jobs])
     # SJF: 60 s jobs first, the 1-GPU one before the 2-GPU one
     assert priorities_from_keys(snapshot_keys("sjf", jobs, 0.0), submit).tolist() == [2.0, 3.0, 4.0, 1.0]
@@ -55,7 +60,7 @@ def test_keys_equal_the_simulators_policies() -> None:
     est = np.nan_to_num(bound.jobs.estimate, nan=3600.0)
     idx = np.arange(100, 300)
     now = float(bound.jobs.submit[idx].max()) + 100.0
-    pending = [pending_job(bound, int(j), est) for j in idx]
+    pending = PendingJobs.of(pending_job(bound, int(j), est) for j in idx)
     for name in ("fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor"):
         policy = make_policy(name)
         policy.bind(PolicyContext(workload=bound, estimate=est, capacity_gpus=spec.total_gpus))
@@ -70,4 +75,4 @@ def test_policies_a_snapshot_cannot_compute() -> None:
     with pytest.raises(SnapshotPolicyError, match="unknown base policy 'lifo'"):
         check_policy("lifo")
     with pytest.raises(SnapshotPolicyError, match="multifactor needs the cluster spec"):
-        snapshot_keys("multifactor", [pend("a", 1)], 0.0)
+        snapshot_keys("multifactor", PendingJobs.of([pend("a", 1)]), 0.0)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shared.retrain import RecordedJob, job_samples, psi, psi_counts, queue_drift, workload_drift
-from shared.schemas import JobOutcome, NodeStates, PendingJob, QueueSnapshot
+from shared.schemas import JobOutcome, NodeStates, PendingJob, PendingJobs, QueueSnapshot
 from shared.store import create_engine, record_jobs, record_outcome, upgrade
 from tests.schemas.message_factories import node
 
@@ -122,7 +122,7 @@ async def test_queue_drift_from_the_database(tmp_path: Path) -> None:
         correlation_id="s1",
         time=0.0,
         sequence=1,
-        pending=pending,
+        pending=PendingJobs.of(pending),
         nodes=NodeStates.of((node("n0", "g0", 8, 64000, 524288),)),
     )
     try:

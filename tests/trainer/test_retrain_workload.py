@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from shared.domain.jobs import build_table
 from shared.metrics import chronological_split
 from shared.retrain import mix_tables, rebuild_workload, train_fraction_for, write_rltune_csv
-from shared.schemas import JobOutcome, NodeStates, PendingJob, QueueSnapshot
+from shared.schemas import JobOutcome, NodeStates, PendingJob, PendingJobs, QueueSnapshot
 from shared.store import create_engine, record_jobs, record_outcome, upgrade
 from shared.traces import load_trace
 from tests.schemas.message_factories import node
@@ -75,7 +75,7 @@ def snapshot(cluster: str) -> QueueSnapshot:
         correlation_id=f"{cluster}-s1",
         time=2600.0,
         sequence=1,
-        pending=tuple(jobs),
+        pending=PendingJobs.of(jobs),
         nodes=NodeStates.of((node("n0", "g0", 8, 64000, 524288),)),
     )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.schemas import JobOutcome, NodeStates, PendingJob, QueueSnapshot
+from shared.schemas import JobOutcome, NodeStates, PendingJob, PendingJobs, QueueSnapshot
 from shared.store import record_jobs, record_outcome
 from tests.schemas.message_factories import node
 
@@ -75,7 +75,7 @@ async def record_history(
         correlation_id=f"{cluster}-{prefix}-s",
         time=0.0,
         sequence=1,
-        pending=pending,
+        pending=PendingJobs.of(pending),
         nodes=NodeStates.of((node("n0", "v100", 4, 64000, 524288),)),
     )
     async with engine.begin() as conn:

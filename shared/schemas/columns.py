@@ -1,0 +1,142 @@
+"""Row types sent as columns: one JSON array per field instead of one JSON object per row.
+
+Why: pydantic decodes a JSON array of 6,000 numbers in about 0.2 ms, but 1,024 small objects (a
+queue of pending jobs) in 3-5 ms and 6,000 nested lists in about 3 ms. Every hop of the pipeline
+decodes what the previous one sent, so the big collections of a message (pending jobs, running jobs,
+nodes, placements) travel as columns, and ``Columns`` subclasses read back as rows: ``len(c)``,
+``c[i]`` and ``for row in c`` yield row models (built without a second validation: every column was
+validated already), ``C.of(rows)`` builds the columns from rows.
+
+A column whose entries are lists of names (a running job's nodes, a placement's nodes) is sent flat,
+with a per-row count: one flat array decodes an order of magnitude faster than one list per row.
+
+Why no automatic conversion from row lists: a "before" validator would make pydantic materialize the
+JSON as Python objects first and lose the fast decoding this module exists for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
+from operator import itemgetter
+from typing import Any, ClassVar, Generic, TypeVar, cast
+
+from pydantic import BaseModel
+
+from shared.schemas.base import Strict
+
+R = TypeVar("R", bound=BaseModel)
+C = TypeVar("C", bound="Columns[Any]")
+
+
+def same_lengths(owner: str, columns: dict[str, Sequence[Any]]) -> int:
+    """The common length of ``columns``; raise naming the first column whose length differs."""
+    names = list(columns)
+    n = len(columns[names[0]])
+    for name in names[1:]:
+        if len(columns[name]) != n:
+            raise ValueError(
+                f"{owner}.{name} has {len(columns[name])} entries, expected {n} (as {owner}.{names[0]})"
+            )
+    return n
+
+
+def first_repeated(values: Iterable[str]) -> str | None:
+    """The first value that appears twice, or None."""
+    seen: set[str] = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None
+
+
+def require_unique(name: str, values: Sequence[str] | Iterable[str]) -> None:
+    """Raise naming the first repeated value: ids must identify one entry."""
+    if isinstance(values, Sequence) and len(set(values)) == len(values):
+        return  # the common case, at C speed
+    dup = first_repeated(values)
+    if dup is not None:
+        raise ValueError(f"{name} must be unique, {dup!r} appears more than once")
+
+
+def pick(column: Sequence[Any], index: Sequence[int]) -> tuple[Any, ...]:
+    """``column``'s entries at ``index``, as a tuple (``itemgetter`` does it at C speed)."""
+    if len(index) == 1:
+        return (column[index[0]],)
+    return itemgetter(*index)(column) if index else ()
+
+
+def is_identity(index: Sequence[int], n: int) -> bool:
+    """True if ``index`` is ``0, 1, ..., n - 1``: taking those rows changes nothing."""
+    return len(index) == n and (
+        n == 0 or (index[0] == 0 and index[-1] == n - 1 and list(index) == list(range(n)))
+    )
+
+
+def offsets_of(counts: Sequence[int]) -> list[int]:
+    """Start of every row's slice of a flat column, plus the end: ``[0, c0, c0 + c1, ...]``."""
+    return [0, *accumulate(counts)]
+
+
+def check_flat(owner: str, flat: str, count: str, flat_len: int, counts: Sequence[int]) -> None:
+    """A flat column must hold exactly the sum of its per-row counts."""
+    total = sum(counts)
+    if total != flat_len:
+        raise ValueError(
+            f"{owner}.{flat} has {flat_len} entries, expected {total} (the sum of {owner}.{count})"
+        )
+
+
+class Columns(Strict, Generic[R]):
+    """Columns of a row model ``ROW``: entry ``i`` of every column in ``COLUMNS`` describes row ``i``.
+
+    Subclasses whose rows hold a list of names sent flat override ``_row_fields`` and ``of``.
+    """
+
+    ROW: ClassVar[type[BaseModel]]
+    #: the columns in row-field order; all must have the same length
+    COLUMNS: ClassVar[tuple[str, ...]]
+    #: the name used in error messages ("pending", "running", ...)
+    OWNER: ClassVar[str] = "rows"
+
+    @classmethod
+    def of(cls: type[C], rows: Iterable[Any]) -> C:
+        """Columns from rows (already validated row objects)."""
+        rows = tuple(rows)
+        return cls(**{c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS})
+
+    def __eq__(self, other: object) -> bool:
+        """Equal columns, whatever was cached on either side (the offsets of a flat column)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in type(self).model_fields)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, f) for f in type(self).model_fields))
+
+    def _lengths(self) -> int:
+        return same_lengths(self.OWNER, {c: getattr(self, c) for c in self.COLUMNS})
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.COLUMNS[0]))
+
+    def _row_fields(self, i: int) -> dict[str, Any]:
+        return {c: getattr(self, c)[i] for c in self.COLUMNS}
+
+    def __getitem__(self, i: int) -> R:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self.OWNER} row {i} out of range ({n} rows)")
+        return self.ROW.model_construct(**self._row_fields(i % n))  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[R]:  # type: ignore[override]  # rows, not (field, value)
+        for i in range(len(self)):
+            yield self[i]
+
+    def take(self: C, index: Sequence[int]) -> C:
+        """The rows at ``index`` (in that order), as columns; no re-validation."""
+        if is_identity(index, len(self)):
+            return self  # frozen: sharing is safe
+        cols = {c: pick(getattr(self, c), index) for c in self.COLUMNS}
+        return cast(C, type(self).model_construct(None, **cols))
