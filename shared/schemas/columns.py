@@ -16,6 +16,7 @@ JSON as Python objects first and lose the fast decoding this module exists for.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from operator import itemgetter
@@ -72,6 +73,23 @@ def is_identity(index: Sequence[int], n: int) -> bool:
     return len(index) == n and (
         n == 0 or (index[0] == 0 and index[-1] == n - 1 and list(index) == list(range(n)))
     )
+
+
+#: what a job id or name may not contain (``shared.schemas.base``'s JobId and Name patterns)
+_NOT_IN_JOB_ID = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def check_job_ids(owner: str, ids: Sequence[str]) -> None:
+    """Every id must be a ``JobId`` (printable, no whitespace): one regex search over all of them.
+
+    Why not the ``JobId`` type per entry: a regex match per id cost about 1 ms for the 6,000 running
+    jobs of a big snapshot at every hop; one search over the joined ids costs a few microseconds.
+    Lengths are checked per entry by the column's type (1-128 characters).
+    """
+    if _NOT_IN_JOB_ID.search("".join(ids)) is None:
+        return
+    i = next(i for i, v in enumerate(ids) if _NOT_IN_JOB_ID.search(v))
+    raise ValueError(f"{owner}.job_id entry {i} ({ids[i]!r}) contains whitespace or a control character")
 
 
 def offsets_of(counts: Sequence[int]) -> list[int]:

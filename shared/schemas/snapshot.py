@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from shared.schemas.base import FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
-from shared.schemas.columns import Columns, check_flat, offsets_of, require_unique
+from shared.schemas.columns import Columns, check_flat, check_job_ids, offsets_of, pick, require_unique
 from shared.schemas.limits import check_count, limits_of
 
 WHOLE = 1000
@@ -32,6 +32,8 @@ WHOLE = 1000
 HARD_MAX_ITEMS = 1_000_000
 
 NodeState_ = Literal["up", "drain", "down"]
+#: a job id in a column: its characters are checked once for the whole column (``check_job_ids``)
+ColumnJobId = Annotated[str, Field(min_length=1, max_length=128)]
 GpuCount = Annotated[int, Field(ge=0, le=100_000)]
 GpuMilli = Annotated[int, Field(ge=1, le=WHOLE)]
 NodeNames = Annotated[tuple[Name, ...], Field(min_length=1, max_length=4096)]
@@ -137,7 +139,7 @@ class PendingJobs(Columns[PendingJob]):
     COLUMNS: ClassVar[tuple[str, ...]] = PENDING_COLUMNS
     OWNER: ClassVar[str] = "pending"
 
-    job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    job_id: tuple[ColumnJobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     submit_s: tuple[FiniteFloat, ...] = Field(
         default=(), max_length=HARD_MAX_ITEMS, description="submit time, seconds on the cluster clock"
     )
@@ -168,6 +170,7 @@ class PendingJobs(Columns[PendingJob]):
     @model_validator(mode="after")
     def _rows_agree(self) -> PendingJobs:
         self._lengths()
+        check_job_ids("pending", self.job_id)
         _check_shares("pending", self.job_id, self.gpus, self.gpu_milli)
         return self
 
@@ -188,12 +191,14 @@ class RunningJobs(Columns[RunningJob]):
     COLUMNS: ClassVar[tuple[str, ...]] = ("job_id", "node_count", "gpus", "gpu_milli", "start_s", "est_end_s")
     OWNER: ClassVar[str] = "running"
 
-    job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    job_id: tuple[ColumnJobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     node_count: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
         default=(), max_length=HARD_MAX_ITEMS, description="how many of ``nodes`` each job runs on"
     )
-    nodes: tuple[Name, ...] = Field(
-        default=(), max_length=HARD_MAX_ITEMS, description="node names of every job, flat, in job order"
+    nodes: tuple[str, ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="node names of every job, flat, in job order (each one of the snapshot's nodes)",
     )
     gpus: tuple[GpuCount, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     gpu_milli: tuple[GpuMilli, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -217,6 +222,7 @@ class RunningJobs(Columns[RunningJob]):
     @model_validator(mode="after")
     def _rows_agree(self) -> RunningJobs:
         self._lengths()
+        check_job_ids("running", self.job_id)
         check_flat("running", "nodes", "node_count", len(self.nodes), self.node_count)
         _check_shares("running", self.job_id, self.gpus, self.gpu_milli)
         return self
@@ -234,8 +240,7 @@ class RunningJobs(Columns[RunningJob]):
 
     def first_nodes(self) -> tuple[str, ...]:
         """Each job's first node (where its group is read from)."""
-        nodes = self.nodes
-        return tuple(nodes[k] for k in self.offsets()[:-1])
+        return pick(self.nodes, self.offsets()[:-1])
 
     def _row_fields(self, i: int) -> dict[str, Any]:
         o = self.offsets()

@@ -318,3 +318,14 @@ def test_docs_name_every_field_of_every_message() -> None:
     ]
     missing = [f"{m.__name__}.{f}" for m in models for f in m.model_fields if f"`{f}`" not in doc]
     assert not missing, f"docs/messages.md does not mention: {missing}"
+
+
+def test_job_ids_in_columns_refuse_whitespace_and_control_characters() -> None:
+    for where in ("pending", "running"):
+        doc = snapshot_doc()
+        doc[where]["job_id"][0] = "bad id"  # type: ignore[index]
+        err = reject(doc)
+        assert f"{where}.job_id entry 0 ('bad id') contains whitespace or a control character" in err.reason
+    doc = snapshot_doc()
+    doc["running"]["nodes"][0] = "v0\x00"  # type: ignore[index]
+    assert "is on node 'v0\\x00', absent from nodes" in reject(doc).reason
