@@ -380,10 +380,12 @@ def snapshot_views(
         eligible=eligible,
         n_vcs=max(1, len(vc_names)),
     )
-    index = layout.index
-    # one pass over the running jobs (thousands of them on a big cluster)
+    # one pass over the running jobs (thousands of them on a big cluster): a job's group is its first
+    # node's, found from the node's slot (groups' slots are consecutive)
     running = snapshot.running
-    run_group = [index[on][0] for on in running.first_nodes()]
+    first = running.first_nodes()
+    slots = np.fromiter(map(layout.slot_of.__getitem__, first), dtype=np.int64, count=len(first))
+    run_group = np.searchsorted(layout.offsets, slots, side="right") - 1
     run_milli = np.array(running.gpus, dtype=np.int64) * np.array(running.gpu_milli, dtype=np.int64)
     run_end = running.est_end_s
     cluster = ClusterView(
