@@ -57,6 +57,7 @@ from pydantic import ValidationError
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
+from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
@@ -128,10 +129,28 @@ class PreparedSnapshot:
     """
 
     snapshot: QueueSnapshot
+    #: the binding of every pending job of the snapshot, and the ids of those it kept
+    binding: PendingBinding
+    kept_ids: tuple[str, ...]
     track: frozenset[int]
     state: SnapshotState
     base: _ReplayBase
     used: bool = False
+
+    def binding_of(self, jobs: PendingJobs) -> PendingBinding | None:
+        """``bind_pending(jobs)`` when ``jobs`` are exactly the snapshot's kept jobs (as the
+        featurizer sends them), derived from the snapshot's binding; else None."""
+        if jobs.job_id != self.kept_ids:
+            return None
+        b = self.binding
+        return PendingBinding(
+            kept=tuple(range(len(b.kept))),
+            cpus_milli=b.cpus_milli,
+            mem_mib=b.mem_mib,
+            groups=b.groups,
+            excluded=(),
+            eligible=b.eligible,
+        )
 
 
 class _Scratch:
@@ -350,14 +369,16 @@ class PlacerStage:
         """
         spec = self.spec_of(snap.cluster)
         try:
-            track = self._track(snap.pending, bind_pending(snap.pending, spec, self.settings.node_slack))
+            binding = bind_pending(snap.pending, spec, self.settings.node_slack)
+            track = self._track(snap.pending, binding)
             ss = snapshot_state(snap, spec, track)
             base = _ReplayBase(ss)
         except (KeyError, ValueError) as err:
             raise StageError(
                 f"snapshot {snap.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
             ) from None
-        return PreparedSnapshot(snap, track, ss, base)
+        kept_ids = pick(snap.pending.job_id, binding.kept)
+        return PreparedSnapshot(snap, binding, kept_ids, track, ss, base)
 
     def handle(
         self,
@@ -382,7 +403,8 @@ class PlacerStage:
         submit = np.array(jobs.submit_s, dtype=np.float64).reshape(len(jobs))
         order = rank_order(vector.priorities, submit)
         try:
-            binding = bind_pending(jobs, spec, self.settings.node_slack)
+            ready = None if prepared is None or prepared.snapshot is not snap else prepared.binding_of(jobs)
+            binding = ready or bind_pending(jobs, spec, self.settings.node_slack)
             track = self._track(jobs, binding)
             if (
                 prepared is not None

@@ -331,6 +331,12 @@ def test_a_snapshot_prepared_ahead_gives_the_same_decision_once() -> None:
     prepared = stage.prepare(s)
     ahead = stage.handle(v, s, prepared=prepared)
     assert prepared.used and sum(1 for c in ahead.placements.node_count if c) > 0
+    derived, fresh_binding = prepared.binding_of(m.jobs), bind_pending(m.jobs, spec)
+    assert (
+        derived is not None and derived.kept == fresh_binding.kept and derived.groups == fresh_binding.groups
+    )
+    assert (derived.cpus_milli, derived.mem_mib) == (fresh_binding.cpus_milli, fresh_binding.mem_mib)
+    assert prepared.binding_of(m.jobs.take([1, 0])) is None  # not the featurizer's jobs: bound afresh
     assert ahead.placements == fresh.placements and ahead.placer_status == fresh.placer_status
     # used once: the walk changed its state, so a second decision builds its own
     again = stage.handle(v, s, prepared=prepared)
