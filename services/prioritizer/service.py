@@ -110,19 +110,6 @@ async def build(ctx: ServiceContext) -> Wiring:
     if settings.model_path is not None:
         first_cluster = next(iter(ctx.specs))
         await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
-    # a long queue's model window needs its snapshot: every snapshot is received as it is published
-    # and, while a model is loaded, the newest is decoded while the featurizer works
-    snapshots = SnapshotCache(
-        ctx.nc,
-        ctx.js,
-        ctx.subjects,
-        ctx.publisher.limits,
-        decode_ahead=lambda: holder.loaded is not None or shadow.loaded is not None,
-    )
-    await snapshots.start()
-
-    async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
-        return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
 
     def make_stage(model_holder: ModelHolder, deadline_ms: float) -> PrioritizerStage:
         return PrioritizerStage(
@@ -134,9 +121,30 @@ async def build(ctx: ServiceContext) -> Wiring:
             snapshots=snapshot_of,
         )
 
+    def prepare(snapshot: QueueSnapshot) -> None:
+        """A long queue's model window, computed while the featurizer works (both stages)."""
+        stage.prepare(snapshot)
+        shadow_stage.prepare(snapshot)
+
+    # a long queue's model window needs its snapshot: every snapshot is received as it is published
+    # and, while a model is loaded, the newest is decoded and its window prepared while the
+    # featurizer works
+    snapshots = SnapshotCache(
+        ctx.nc,
+        ctx.js,
+        ctx.subjects,
+        ctx.publisher.limits,
+        decode_ahead=lambda: holder.loaded is not None or shadow.loaded is not None,
+        prepare=prepare,
+    )
+
+    async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
+        return await snapshots.get(matrix.cluster, matrix.correlation_id, matrix.snapshot_seq)
+
     stage = make_stage(holder, settings.deadline_ms)
     # its own model thread (never queues behind the real model), one matrix at a time
     shadow_stage = make_stage(shadow, settings.shadow_deadline_ms)
+    await snapshots.start()
     shadow_turn = asyncio.Lock()
     fallbacks = ctx.metrics.fallbacks
     shadow_counts = Counter(

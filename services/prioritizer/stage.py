@@ -17,6 +17,11 @@ it in training and evaluation (``shared.rl.policy``), greedy:
 4. ``ActorCritic.priorities`` orders the slots (score descending within its ``top_k``, then slot
    order); the jobs beyond the window follow in base order.
 
+Step 2 for a long queue costs about as much as featurizing it again, so ``prepare`` does it for
+each snapshot as it arrives (the service calls it while the featurizer works): from the snapshot
+alone it finds the jobs the featurizer will keep, the model's window and its features; ``_score``
+uses them when the matrix's jobs, the window and the model version are the ones prepared for.
+
 Priorities are then distinct integers, Q for the first job and 1 for the last. The model runs in a
 worker thread (one at a time) under ``deadline_ms``, counted from the start of ``handle``.
 
@@ -34,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,13 +64,31 @@ from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import FeatureMatrix, PriorityVector
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import MAX_REASON, StageError
-from shared.schemas.views import WAYS_COLUMN, snapshot_views
+from shared.schemas.views import WAYS_COLUMN, bind_pending, snapshot_views
 
-__all__ = ["PrioritizerStage"]
+__all__ = ["PreparedWindow", "PrioritizerStage"]
 
 FloatArray = npt.NDArray[np.float64]
 SnapshotSource = Callable[[FeatureMatrix], Awaitable[QueueSnapshot | None]]
 """Where the stage gets a matrix's snapshot (None: not available)."""
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedWindow:
+    """A long queue's model window and its features, computed from the snapshot before its matrix.
+
+    ``job_ids`` are the jobs the featurizer keeps (what the matrix will carry), ``head`` the rows of
+    the window in base order, ``version`` the model it was computed for.
+    """
+
+    version: str
+    job_ids: tuple[str, ...]
+    head: npt.NDArray[np.int64]
+    values: FeatureValues
+
+
+#: prepared windows kept per stage (the newest snapshots of a few clusters)
+PREPARED_KEEP = 8
 
 
 class _Unusable(Exception):
@@ -113,10 +138,39 @@ class PrioritizerStage:
         self._context = limits.context()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hylo-model")
         self._inflight: concurrent.futures.Future[FloatArray] | None = None
+        self._windows: OrderedDict[tuple[str, str], PreparedWindow] = OrderedDict()
 
     def close(self) -> None:
         """Stop the model thread (after the call in flight, if any)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- ahead of the message ----------------------------------------------------------------------
+
+    def prepare(self, snapshot: QueueSnapshot) -> None:
+        """Compute the model window of ``snapshot``'s queue and its features, if a model would need
+        them (module docstring). Anything that stops it just leaves the work to ``_score``.
+        """
+        loaded = self.holder.loaded
+        spec = self.specs.get(snapshot.cluster)
+        if loaded is None or spec is None or len(snapshot.pending) <= loaded.max_queue:
+            return
+        try:
+            binding = bind_pending(snapshot.pending, spec, self.node_slack)
+            jobs = snapshot.pending.take(binding.kept)
+            if len(jobs) <= loaded.max_queue:
+                return
+            base_keys = self._keys(self.base_policy, jobs, snapshot.time, spec)
+            model_keys = self._model_base_keys(loaded, jobs, snapshot.time, spec, base_keys)
+            submit = np.array(jobs.submit_s, dtype=np.float64).reshape(len(jobs))
+            head = base_order(model_keys, submit)[: loaded.max_queue]
+            values = self._window_from_snapshot(loaded, jobs.job_id, head, spec, snapshot)
+        except (StageError, _Unusable, KeyError, ValueError):
+            return
+        self._windows[(snapshot.cluster, snapshot.correlation_id)] = PreparedWindow(
+            loaded.version, jobs.job_id, head, values
+        )
+        while len(self._windows) > PREPARED_KEEP:
+            self._windows.popitem(last=False)
 
     # -- the message ----------------------------------------------------------------------------
 
@@ -247,7 +301,16 @@ class PrioritizerStage:
         n = len(matrix.job_ids)
         order = base_order(model_keys, submit)
         head = order[: loaded.max_queue]
-        values = self._window_values(loaded, matrix, head, spec, snapshot)
+        ready = self._windows.pop((matrix.cluster, matrix.correlation_id), None)
+        if (
+            ready is not None
+            and ready.version == loaded.version
+            and ready.job_ids == matrix.job_ids
+            and np.array_equal(ready.head, head)
+        ):
+            values = ready.values
+        else:
+            values = self._window_values(loaded, matrix, head, spec, snapshot)
         selection = loaded.sampler.select(values)
         obs, _ = selection.apply(values)
         obs_t = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).unsqueeze(0)
@@ -276,14 +339,7 @@ class PrioritizerStage:
     ) -> FeatureValues:
         """The feature pool of the window's jobs (rows in ``head`` order), as training computes it."""
         if len(head) < len(matrix.jobs) and spec is not None and snap is not None:
-            ids = [matrix.job_ids[r] for r in head.tolist()]
-            views = snapshot_views(snap, spec, self.node_slack, set(ids))
-            values = compute_features(views.queue, views.cluster, views.now, loaded.feature_config)
-            if views.job_ids != tuple(matrix.job_ids[r] for r in sorted(head.tolist())):
-                raise _Unusable("the window's jobs do not bind to the cluster spec as the featurizer's did")
-            pos = {j: k for k, j in enumerate(views.job_ids)}
-            rows = np.fromiter((pos[j] for j in ids), dtype=np.int64, count=len(ids))
-            return FeatureValues(values.job[rows], values.cluster, values.ways[rows], values.now)
+            return self._window_from_snapshot(loaded, matrix.job_ids, head, spec, snap)
         columns = {c: k for k, c in enumerate(matrix.columns)}
         missing = [c for c in (*JOB_FEATURES, WAYS_COLUMN) if c not in columns]
         cluster_cols = {c: k for k, c in enumerate(matrix.cluster_columns)}
@@ -297,3 +353,21 @@ class PrioritizerStage:
             [cluster_cols[c] for c in CLUSTER_FEATURES]
         ]
         return FeatureValues(job, cluster, ways, float(matrix.snapshot_time))
+
+    def _window_from_snapshot(
+        self,
+        loaded: LoadedModel,
+        job_ids: tuple[str, ...],
+        head: npt.NDArray[np.int64],
+        spec: ClusterSpec,
+        snap: QueueSnapshot,
+    ) -> FeatureValues:
+        """The features of the window's jobs (``job_ids[head]``) computed over them alone."""
+        ids = [job_ids[r] for r in head.tolist()]
+        views = snapshot_views(snap, spec, self.node_slack, set(ids))
+        values = compute_features(views.queue, views.cluster, views.now, loaded.feature_config)
+        if views.job_ids != tuple(job_ids[r] for r in sorted(head.tolist())):
+            raise _Unusable("the window's jobs do not bind to the cluster spec as the featurizer's did")
+        pos = {j: k for k, j in enumerate(views.job_ids)}
+        rows = np.fromiter((pos[j] for j in ids), dtype=np.int64, count=len(ids))
+        return FeatureValues(values.job[rows], values.cluster, values.ways[rows], values.now)

@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -299,3 +300,24 @@ def test_model_order_equals_learned_policy_in_the_simulator(max_queue: int, with
         fallback = prioritize(blind, m)
         assert fallback.policy == "fcfs" and fallback.fallback is not None
         assert "unavailable" in fallback.fallback and order_of(fallback) == fcfs
+        if with_spec:
+            # the window prepared from the snapshot before the matrix gives the same order, once
+            ahead = PrioritizerStage("fcfs", holder=holder, specs=specs, snapshots=source)
+            computed: list[int] = []
+            compute = ahead._window_from_snapshot
+
+            def counted(*args: Any) -> Any:
+                computed.append(1)
+                return compute(*args)
+
+            ahead._window_from_snapshot = counted  # type: ignore[method-assign]
+            ahead.prepare(snapshot)
+            window = ahead._windows[("embedded", snapshot.correlation_id)]
+            assert window.job_ids == m.job_ids and len(window.head) == max_queue
+            assert order_of(prioritize(ahead, m)) == expected and not ahead._windows
+            assert len(computed) == 1  # by prepare only
+            # prepared for another model version: not used (computed again, same order)
+            ahead.prepare(snapshot)
+            holder.install("v2", model, base_policy="fcfs")
+            assert order_of(prioritize(ahead, m)) == expected and not ahead._windows
+            assert len(computed) == 3
