@@ -43,7 +43,7 @@ from shared.features import (  # noqa: E402
 from shared.features.fast import Observation, WorkloadFeaturizer  # noqa: E402
 from shared.sim.evaluate import PreparedWorkload, prepare_workload  # noqa: E402
 from shared.sim.placement import make_placer  # noqa: E402
-from shared.sim.state import ClusterState  # noqa: E402
+from shared.sim.state import Alloc, ClusterState  # noqa: E402
 
 CASES = {"philly": "philly", "alibaba-openb": "openb-gpuspec33"}  # preset -> its trace
 QUEUES = (64, 256, 1024)
@@ -52,8 +52,9 @@ TARGET_MS_256 = 1.0
 
 def busy_cluster(
     work: PreparedWorkload, fill: float, seed: int
-) -> tuple[ClusterState, np.ndarray, np.ndarray, np.ndarray]:
-    """A cluster with about ``fill`` of its GPUs busy; its running jobs (index, group, remaining time)."""
+) -> tuple[ClusterState, np.ndarray, np.ndarray, np.ndarray, list[Alloc]]:
+    """A cluster with about ``fill`` of its GPUs busy; its running jobs (index, group, remaining
+    time, allocation)."""
     bound = work.bound
     jobs = bound.jobs
     frac = {
@@ -67,6 +68,7 @@ def busy_cluster(
     target = fill * bound.spec.total_gpus * WHOLE_GPU_MILLI
     run_job: list[int] = []
     run_group: list[int] = []
+    allocs: list[Alloc] = []
     misses = 0
     for j in rng.integers(0, len(jobs), size=200_000):
         if state.busy_milli >= target or misses > 2_000:
@@ -88,10 +90,11 @@ def busy_cluster(
         state.take(alloc)
         run_job.append(int(j))
         run_group.append(alloc.group)
+        allocs.append(alloc)
     run = np.asarray(run_job, dtype=np.int64)
     est = np.nan_to_num(jobs.estimate[run], nan=3600.0)
     remaining = rng.uniform(0, 1, size=len(run)) * est
-    return state, run, np.asarray(run_group, dtype=np.int64), remaining
+    return state, run, np.asarray(run_group, dtype=np.int64), remaining, allocs
 
 
 def time_call(fn: Any, batches: int, batch: int = 10) -> tuple[float, float]:
@@ -114,7 +117,7 @@ def time_call(fn: Any, batches: int, batch: int = 10) -> tuple[float, float]:
 def bench_case(preset: str, trace: str, fill: float, repeat: int, seed: int) -> list[dict[str, Any]]:
     work = prepare_workload(trace, preset, seed=seed)
     jobs = work.bound.jobs
-    state, run, run_group, remaining = busy_cluster(work, fill, seed)
+    state, run, run_group, remaining, _ = busy_cluster(work, fill, seed)
     # running jobs sorted by estimated end, as the simulator keeps them (RunningJobs, run_sorted)
     order = np.argsort(remaining, kind="stable")
     run, run_group, remaining = run[order], run_group[order], remaining[order]

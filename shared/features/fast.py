@@ -13,16 +13,23 @@ fixed cost (0.3-0.5 ms) was most of a decision. Inside the simulator much of it 
   requests up instead of deduplicating them;
 - placement counts per request depend only on the cluster's free state: with a ``version`` that
   the caller bumps whenever a job starts or ends, they are kept until the state changes (a
-  decision after arrivals only, common on a full cluster, reuses them);
+  decision after arrivals only, common on a full cluster, reuses them); across versions, on a
+  large cluster they are updated from the nodes that changed (``fast_ways.PlacementCounts``), on
+  a small one every job kind's values are computed once per free state and kept per state
+  (``_per_kind_all``);
 - ``observe`` computes only the columns the decision's feature selection reads (always
-  ``can_schedule_now``, which the sampling rule and the skip of blocked decisions need).
+  ``can_schedule_now``, which the sampling rule and the skip of blocked decisions need), the
+  per-job constants in one gather;
+- the GPUs released by running jobs come from ``released_gpus``, ``compute._released_gpus``'s
+  floats with one bin per distinct threshold.
 
 Every value is the same number ``compute_features`` gives, bit for bit: the per-job expressions are
 elementwise (the same IEEE operations on the same inputs, whatever the array), integer-valued sums
 are exact in any order, and the few floating-point reductions (``demand_supply``'s products, the
 released GPUs, the queue totals) are the same calls on arrays of the same shape and order.
 ``tests/features/test_features_fast.py`` checks this against ``compute_features`` on random
-clusters and queues, and ``tests/rl/test_rl_fast_policy.py`` on the trained checkpoints.
+clusters and queues, ``tests/features/test_fast_ways.py`` in every mode along simulated runs, and
+``tests/rl/test_rl_fast_policy.py`` on the trained checkpoints.
 """
 
 from __future__ import annotations
@@ -34,17 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig
-from shared.features.compute import FeatureValues, _log_scale, _ratio, _released_gpus
+from shared.features.compute import FeatureValues, _log_scale, _ratio
+from shared.features.fast_ways import PlacementCounts, RequestLevels, node_table, request_rows
 from shared.features.sampling import FeatureSampler, SamplingState, Selection
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray, QueueView
-from shared.features.ways import (
-    _node_states,
-    _Nodes,
-    _unique_inverse,
-    distinct_requests,
-    request_ways,
-    ways_on_empty,
-)
+from shared.features.ways import _unique_inverse, distinct_requests, ways_on_empty
 
 if TYPE_CHECKING:
     from shared.features.sim_views import SimViewBuilder
@@ -55,6 +56,19 @@ _DEFAULT = FeatureConfig()
 
 #: per-job columns that depend on the job alone (and the cluster's fixed shape)
 _STATIC = ("gpus", "gpu_type", "vc", "requested_time", "cpus", "mem", "job_size")
+_FRAGMENTATION = CLUSTER_FEATURES.index("fragmentation")
+#: clusters from this many nodes keep their placement counts across states (``PlacementCounts``):
+#: on a 1,213-node cluster an update after a start or an end costs a third of a recount, on the
+#: 16-68-node training clusters the recount is the cheaper (measured with bench/rl_throughput.py)
+INCREMENTAL_FROM_NODES = 256
+#: below this many (job kind x node group) cells, a decision reads every kind's values
+#: (``WorkloadFeaturizer._per_kind_all``), of which this many free states are kept
+_ALL_KINDS_CELLS = 4096
+_STATES_KEPT = 4096
+#: ``released_gpus``: thresholds deduplicated above this many; the sorted-ends scan from this many
+#: running jobs
+_DEDUPE_FROM = 64
+_SCAN_FROM = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +94,7 @@ class _Decision:
     now: float
     q: int
     cluster: ClusterView
-    elig: FloatArray
+    elig: FloatArray | None = None
     ways: FloatArray
     stranded: FloatArray
     can_now: BoolArray
@@ -89,6 +103,75 @@ class _Decision:
     urgency: FloatArray | None = None
     released: FloatArray | None = None
     demand: FloatArray | None = None
+
+
+def released_gpus(
+    cluster: ClusterView, now: float, within: FloatArray, ends_sorted: bool | None = None
+) -> FloatArray:
+    """``compute._released_gpus``, the same floats, in fewer and cheaper numpy calls.
+
+    - A long queue's thresholds repeat (its estimates take a few dozen values), so they get one bin
+      per *distinct* value: the cumulative sum over a (threshold, group) histogram was half the
+      cost. Same numbers: a repeated threshold's bin holds no running job, so its cumulative value
+      is the previous one plus 0.0, i.e. the previous one.
+    - The histogram is group-major (the cumulative sum runs along contiguous memory), and every
+      (group, bin) cell gets the same running jobs' GPUs added in the same order (``np.bincount``
+      adds in input order), summed cumulatively in the same order (an accumulation is sequential).
+    - A running job's bin is the first threshold at or after its end (``searchsorted`` over the
+      thresholds, which needs no sorted ends); from ``_SCAN_FROM`` running jobs with sorted ends,
+      the O(R) scan of ``compute._released_gpus`` (the same bins) is cheaper.
+    """
+    n_groups = cluster.n_groups
+    limit = now + within
+    order = limit.argsort(kind="stable")
+    limits = limit[order]
+    rank: IntArray | None = None
+    if len(limits) > _DEDUPE_FROM:
+        new = np.empty(len(limits), dtype=bool)
+        new[:1] = True
+        np.not_equal(limits[1:], limits[:-1], out=new[1:])
+        limits = limits[new]
+        rank = new.cumsum() - 1  # of each sorted threshold among the distinct ones
+    end = cluster.run_end_s
+    n_bins = len(limits) + 1
+    if len(end) >= _SCAN_FROM and ends_sorted is not False:
+        if ends_sorted is None:
+            ends_sorted = bool((end[1:] >= end[:-1]).all())
+    else:
+        ends_sorted = False
+    if not ends_sorted:
+        k = limits.searchsorted(end, side="left")
+    else:
+        bounds = np.empty(n_bins + 1, dtype=np.int64)
+        bounds[0], bounds[-1] = 0, len(end)
+        bounds[1:-1] = end.searchsorted(limits, side="right")  # jobs [0, b) end by limits[i]
+        k = np.arange(n_bins).repeat(bounds[1:] - bounds[:-1])
+    hist = np.bincount(cluster.run_group * n_bins + k, weights=cluster.run_gpus, minlength=n_groups * n_bins)
+    cum = hist.reshape(n_groups, n_bins).cumsum(axis=1)
+    out = np.empty((len(limit), n_groups))
+    out[order] = (cum[:, : len(limit)] if rank is None else cum[:, rank]).T
+    return out
+
+
+def _per_kind(rows: FloatArray, elig: FloatArray, cluster: ClusterView) -> FloatArray:
+    """[K, 5] per job kind (request ``rows`` [K, n_groups, 3], eligible groups ``elig``): ways,
+    stranded GPUs and feasibility summed over the eligible groups, then the pool's free GPUs and
+    idle nodes (integer-valued sums: exact in any order)."""
+    per_kind = np.empty((len(elig), 5))
+    per_kind[:, :3] = np.add.reduce(rows * elig[:, :, None], axis=1)
+    per_kind[:, 3:] = elig @ np.array((cluster.free_by_group, cluster.idle_by_group)).T
+    return per_kind
+
+
+def _distinct(key: IntArray, pos: IntArray) -> tuple[IntArray, IntArray]:
+    """``np.unique(key, return_inverse=True)`` for keys in ``0 .. len(pos) - 1``: a mark per key
+    value instead of a sort (``pos`` is scratch of that length)."""
+    present = np.zeros(len(pos), dtype=bool)
+    present[key] = True
+    uniq = present.nonzero()[0]
+    pos[uniq] = np.arange(len(uniq))
+    inverse: IntArray = pos[key]
+    return uniq, inverse
 
 
 class WorkloadFeaturizer:
@@ -100,9 +183,23 @@ class WorkloadFeaturizer:
     optionally, a ``version`` of that state (anything comparable; equal versions promise an
     unchanged free state, ``None`` promises nothing). ``values`` returns the whole pool,
     ``observe`` only what a decision's selection reads.
+
+    What it keeps across decisions (exact either way; by default chosen by the cluster's size):
+    ``incremental`` keeps per-request placement counts and updates them from the nodes that
+    changed (``PlacementCounts``; large clusters); ``all_kinds`` computes every job kind's values
+    once per free state and keeps them per state (small clusters with few kinds). Without a
+    version, or after ``forget``, nothing kept is used.
     """
 
-    def __init__(self, jobs: QueueView, empty: ClusterView, config: FeatureConfig = _DEFAULT) -> None:
+    def __init__(
+        self,
+        jobs: QueueView,
+        empty: ClusterView,
+        config: FeatureConfig = _DEFAULT,
+        *,
+        incremental: bool | None = None,
+        all_kinds: bool | None = None,
+    ) -> None:
         if jobs.eligible.shape[1] != empty.n_groups:
             raise ValueError(f"eligible has {jobs.eligible.shape[1]} groups, the cluster {empty.n_groups}")
         self.config = config
@@ -143,6 +240,7 @@ class WorkloadFeaturizer:
         static[:, col("job_size")] = np.minimum(size, 1.0)
         self._static = static
         self._static_col = {name: k for k, name in enumerate(_STATIC)}
+        self._static_sel: dict[tuple[int, ...], tuple[list[int], IntArray] | None] = {}
         self._demand_share = _ratio(demand, pool_cap)  # demand_supply: each job spread over its pool
         ways_empty = (ways_on_empty(req, empty)[req.inverse] * elig).sum(axis=1)
         self._log_ways_empty = np.log1p(ways_empty)
@@ -160,12 +258,32 @@ class WorkloadFeaturizer:
             first = self._job_kind
         self._kind_req = req.inverse[first]
         self._kind_elig = elig[first]
+        self._levels = RequestLevels.of(req, empty)
+        # scratch for the per-decision deduplication: position of each kind (request) in the
+        # decision's sorted list of distinct ones (written before every read)
+        self._kind_pos = np.zeros(len(first), dtype=np.int64)
+        self._req_pos = np.zeros(len(req.gpus), dtype=np.int64)
 
         #: True when the caller's running jobs are always sorted by estimated end (``RunningJobs``)
         self.ends_sorted: bool | None = None
-        # node states and per-request placement counts of the last version seen
+        # per-request placement counts, kept across free states on clusters large enough for the
+        # update to cost less than a recount; the rows of the last version seen
+        self._counts = PlacementCounts(req, self._levels)
+        if incremental is None:
+            incremental = int(empty.node_count.sum()) >= INCREMENTAL_FROM_NODES
+        self.incremental = incremental
+        # few kinds on a small cluster: every kind's values at once, per free state
+        if all_kinds is None:
+            all_kinds = not incremental and len(first) * n_groups <= _ALL_KINDS_CELLS
+        self._all_kinds = all_kinds
+        self._all_req = np.arange(len(req.gpus), dtype=np.int64)
+        self._kinds_cache: dict[bytes, FloatArray] = {}
+        #: free states whose per-kind values are kept (0: none, only the last version's); at most
+        #: ``_STATES_KEPT``, and about 32 MB of values
+        self.states_kept = max(16, min(_STATES_KEPT, (1 << 22) // (5 * max(len(first), 1))))
+        self._kinds_version: object = None
+        self._kinds_values = np.zeros((0, 5))
         self._version: object = None
-        self._nodes: _Nodes | None = None
         self._rows_key = b""
         self._rows: FloatArray = np.zeros((0, self.n_groups, 3))
 
@@ -173,6 +291,14 @@ class WorkloadFeaturizer:
     def for_builder(cls, builder: SimViewBuilder, config: FeatureConfig = _DEFAULT) -> WorkloadFeaturizer:
         """The featurizer of a ``SimViewBuilder``'s workload and estimates."""
         return cls(builder.all_jobs(), builder.empty_cluster(), config)
+
+    def forget(self) -> None:
+        """Drop everything kept across decisions (placement counts, per-state values, the last
+        version's rows): the next decision counts from scratch, as a first one."""
+        self._counts.reset()
+        self._kinds_cache.clear()
+        self._version = self._kinds_version = None
+        self._rows_key = b""
 
     # -- per decision -----------------------------------------------------------------------------
 
@@ -215,17 +341,43 @@ class WorkloadFeaturizer:
         d = self._decision(queued, now, cluster, version)
         if skip_blocked and not d.can_now.any():
             return None
-        multi = float((d.ways >= sampler.config.multi_ways).mean()) if d.q else 0.0
-        selection = sampler.select_state(SamplingState(self._cluster_value(d, "fragmentation"), multi))
+        # the mean of a boolean array, as np.mean computes it (count / q, one rounding)
+        multi = np.count_nonzero(d.ways >= sampler.config.multi_ways) / d.q if d.q else 0.0
+        fragmentation = self._cluster_value(d, "fragmentation")
+        selection = sampler.select_state(SamplingState(fragmentation, multi))
         obs = np.empty((d.q, len(selection.observation)), dtype=np.float32)
+        static = self._static_cols(selection.observation)
+        done: list[int] = []
+        if static is not None:  # the per-job constants in one gather (the same values, cast alike)
+            done, cols = static
+            obs[:, done] = self._static[d.idx[:, None], cols]
         for k, c in enumerate(selection.observation):
-            obs[:, k] = self._job_column(d, JOB_FEATURES[c])
+            if k not in done:
+                obs[:, k] = self._job_column(d, JOB_FEATURES[c])
         critic = np.array(
-            [self._cluster_value(d, CLUSTER_FEATURES[c]) for c in selection.critic], dtype=np.float64
+            [
+                fragmentation if c == _FRAGMENTATION else self._cluster_value(d, CLUSTER_FEATURES[c])
+                for c in selection.critic
+            ],
+            dtype=np.float64,
         ).astype(np.float32)
         return Observation(obs, critic, selection, d.can_now)
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _static_cols(self, observation: tuple[int, ...]) -> tuple[list[int], IntArray] | None:
+        """(positions in the observation, columns of ``_static``) of a selection's static features,
+        gathered in one indexing; None if it has none."""
+        if observation not in self._static_sel:
+            pairs = [
+                (k, self._static_col[JOB_FEATURES[c]])
+                for k, c in enumerate(observation)
+                if JOB_FEATURES[c] in self._static_col
+            ]
+            self._static_sel[observation] = (
+                ([k for k, _ in pairs], np.array([c for _, c in pairs], dtype=np.int64)) if pairs else None
+            )
+        return self._static_sel[observation]
 
     def _decision(
         self, queued: npt.ArrayLike, now: float, cluster: ClusterView, version: object
@@ -235,41 +387,82 @@ class WorkloadFeaturizer:
         d = _Decision()
         d.idx = idx = np.asarray(queued, dtype=np.int64)
         d.now, d.q, d.cluster = float(now), len(idx), cluster
-        d.elig = self._elig[idx]
-        kinds, kind_inv = _unique_inverse(self._job_kind[idx])
-        uniq, req_inv = _unique_inverse(self._kind_req[kinds])
-        per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]
-        kind_elig = self._kind_elig[kinds]
-        # per kind: sums over its eligible groups (integer-valued: exact in any order), then the
-        # pool's free GPUs and idle nodes
-        per_kind = np.empty((len(kinds), 5))
-        per_kind[:, :3] = (per_req[req_inv] * kind_elig[:, :, None]).sum(axis=1)
-        per_kind[:, 3:] = kind_elig @ np.stack((cluster.free_by_group, cluster.idle_by_group), axis=1)
-        per_job = per_kind[kind_inv]
+        if self._all_kinds:
+            per_job = self._per_kind_all(cluster, version)[self._job_kind[idx]]
+        else:
+            kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
+            uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
+            per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]
+            per_job = _per_kind(per_req[req_inv], self._kind_elig[kinds], cluster)[kind_inv]
         d.ways = per_job[:, 0]
         d.stranded = per_job[:, 1]
         d.can_now = per_job[:, 2] > 0
         d.pool = per_job[:, 3:]
         return d
 
+    def _per_kind_all(self, cluster: ClusterView, version: object) -> FloatArray:
+        """``_per_kind`` of every job kind of the workload on ``cluster``'s free state, kept per
+        version and per free state (the node arrays' bytes; a training run revisits its states).
+
+        Why: on the training clusters (16-68 nodes, about ten distinct requests) the whole
+        workload's kinds cost no more numpy calls than a queue's, and a decision is then one
+        gather instead of two deduplications, the placement counts and the per-kind sums."""
+        if version is None:
+            return self._kinds_on(cluster)
+        if version == self._kinds_version:
+            return self._kinds_values
+        key = b"".join(
+            a.tobytes()
+            for a in (
+                cluster.free_gpus,
+                cluster.free_share_milli,
+                cluster.free_cpus_milli,
+                cluster.free_mem_mib,
+            )
+        )
+        values = self._kinds_cache.get(key)
+        if values is None:
+            values = self._kinds_on(cluster)
+            if len(self._kinds_cache) >= self.states_kept:
+                self._kinds_cache.clear()
+            if self.states_kept:
+                self._kinds_cache[key] = values
+        self._kinds_version, self._kinds_values = version, values
+        return values
+
+    def _kinds_on(self, cluster: ClusterView) -> FloatArray:
+        rows = request_rows(self._req, self._levels, self._all_req, cluster, node_table(cluster))
+        return _per_kind(rows[self._kind_req], self._kind_elig, cluster)
+
     def _request_rows(self, uniq: IntArray, cluster: ClusterView, version: object) -> FloatArray:
         """[U, n_groups, 3]: ways, stranded GPUs and feasibility (0/1) of requests ``uniq`` on the
-        current free state, as ``placement_ways`` computes them (every entry integer-valued)."""
+        current free state, as ``placement_ways`` computes them (every entry integer-valued).
+
+        Without a version, counted on the whole state; with one, the same version again reuses
+        the last rows, a new one updates the kept counts from the nodes that changed
+        (``PlacementCounts``)."""
+        if version is None:
+            self._version, self._rows_key = None, b""
+            return request_rows(self._req, self._levels, uniq, cluster, node_table(cluster))
         key = uniq.tobytes()
-        if version is None or version != self._version:
-            self._nodes, self._rows_key, self._version = None, b"", version
-        elif key == self._rows_key:
+        if version == self._version and key == self._rows_key:
             return self._rows
-        nodes = self._nodes if self._nodes is not None else _node_states(cluster)
-        out = request_ways(self._req, uniq, cluster, nodes)
-        if version is not None:
-            self._nodes, self._rows_key, self._rows = nodes, key, out
+        if self.incremental:
+            out = self._counts.rows(uniq, cluster)
+        else:
+            out = request_rows(self._req, self._levels, uniq, cluster, node_table(cluster))
+        self._version, self._rows_key, self._rows = version, key, out
         return out
 
     def _pool_free_idle(self, d: _Decision) -> FloatArray:
         """[Q, 2]: free whole GPUs and idle nodes of each job's pool (integer-valued: exact)."""
         assert d.pool is not None
         return d.pool
+
+    def _eligs(self, d: _Decision) -> FloatArray:
+        if d.elig is None:
+            d.elig = self._elig[d.idx]
+        return d.elig
 
     def _waits(self, d: _Decision) -> FloatArray:
         if d.wait is None:
@@ -284,8 +477,8 @@ class WorkloadFeaturizer:
 
     def _released(self, d: _Decision) -> FloatArray:
         if d.released is None:
-            limits = np.append(self._est[d.idx], self.config.near_horizon_s)
-            d.released = _released_gpus(d.cluster, d.now, limits, self.ends_sorted)
+            limits = np.concatenate((self._est[d.idx], (self.config.near_horizon_s,)))
+            d.released = released_gpus(d.cluster, d.now, limits, self.ends_sorted)
         return d.released
 
     def _demands(self, d: _Decision) -> FloatArray:
@@ -313,12 +506,13 @@ class WorkloadFeaturizer:
         if name == "free_nodes":
             return _ratio(self._pool_free_idle(d)[:, 1], self._pool_nodes[d.idx])
         if name == "future_availability":
-            released_job = (self._released(d)[: d.q] * d.elig).sum(axis=1)
+            released_job = np.add.reduce(self._released(d)[: d.q] * self._eligs(d), axis=1)
             return np.minimum(_ratio(released_job, self._pool_cap[d.idx]), 1.0)
         if name == "demand_supply":
             # floating-point products: the same calls on arrays of the same shape and order
-            group_demand = self._cap_g * (self._demand_share[d.idx] @ d.elig)
-            pool_demand = d.elig @ group_demand
+            elig = self._eligs(d)
+            group_demand = self._cap_g * (self._demand_share[d.idx] @ elig)
+            pool_demand = elig @ group_demand
             return _ratio(pool_demand, pool_demand + self._pool_free_idle(d)[:, 0])
         if name == "submit_time":
             submit = self._submit[d.idx]
@@ -344,21 +538,21 @@ class WorkloadFeaturizer:
         c = d.cluster
         total_cap = self._total_cap
         if name == "free_gpus":
-            return float(c.free_by_group.sum()) / total_cap if total_cap > 0 else 0.0
+            return float(np.add.reduce(c.free_by_group)) / total_cap if total_cap > 0 else 0.0
         if name == "fragmentation":
-            total_free = float(c.free_by_group.sum())
-            partial_free = float(c.partial_free_by_group.sum())
+            total_free = float(np.add.reduce(c.free_by_group))
+            partial_free = float(np.add.reduce(c.partial_free_by_group))
             return partial_free / total_free if total_free > 0 else 0.0
         if name == "queue_demand":
-            total_demand = float(self._demands(d).sum())
+            total_demand = float(np.add.reduce(self._demands(d)))  # what ndarray.sum calls
             return total_demand / (total_demand + total_cap) if total_cap > 0 else 0.0
         if name == "queue_length":
             return float(min(np.log1p(d.q) / np.log1p(self.config.queue_ref), 1.0))
         if name == "mean_urgency":
             return float(self._urgencies(d).mean()) if d.q else 0.0
-        if name == "runnable":
-            return float(d.can_now.mean()) if d.q else 0.0
+        if name == "runnable":  # the mean of a boolean array: count / q, as np.mean rounds it
+            return np.count_nonzero(d.can_now) / d.q if d.q else 0.0
         if name == "future_availability":
-            near = float(self._released(d)[d.q].sum())
+            near = float(np.add.reduce(self._released(d)[d.q]))
             return min(near / total_cap, 1.0) if total_cap > 0 else 0.0
         raise KeyError(f"unknown cluster feature {name!r}")

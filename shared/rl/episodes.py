@@ -39,6 +39,8 @@ class EpisodeResult:
     skipped: int = 0
     #: of ``sim_seconds``, the time the policy spent deciding (features, forward, sampling)
     policy_seconds: float = 0.0
+    #: with ``run(..., stages=True)``: of ``policy_seconds``, each stage's (``LearnedPolicy._decide``)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,12 +103,17 @@ class EpisodeRunner:
             model, base, mode=mode, warm_until=warm_until, sampler=sampler, generator=generator
         )
 
-    def run(self, model: ActorCritic, window: Window, mode: Mode = "sample", seed: int = 0) -> EpisodeResult:
-        """One episode: simulate the agent on ``window``; reward against the cached base run."""
+    def run(
+        self, model: ActorCritic, window: Window, mode: Mode = "sample", seed: int = 0, stages: bool = False
+    ) -> EpisodeResult:
+        """One episode: simulate the agent on ``window``; reward against the cached base run.
+        ``stages`` times the policy's stages too (``EpisodeResult.stage_seconds``)."""
         import time
 
         # numpy's stream: the policy samples its orderings in numpy (shared.model.fast)
         policy = self.learned_policy(model, window, mode, np.random.default_rng(seed))
+        if stages:
+            policy.stage_seconds = {}
         t0 = time.perf_counter()
         agent = self.simulate(policy, window)
         wall = time.perf_counter() - t0
@@ -122,6 +129,7 @@ class EpisodeRunner:
             sim_seconds=wall,
             skipped=policy.skipped,
             policy_seconds=policy.seconds,
+            stage_seconds=policy.stage_seconds or {},
         )
 
 

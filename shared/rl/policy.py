@@ -26,9 +26,11 @@ action for PPO. (The simulator may still differ in whether it re-runs the next i
 its own idle-cycle skip makes harmless to the schedule.)
 
 Speed: features come from a ``WorkloadFeaturizer`` (per-workload precomputation, per-state caches
-keyed by a version renewed in ``on_start``/``on_end``, only the selected columns), the actor from a
-``FastActor`` (the module's kernels without its batch overhead), ranks and samples from numpy. The
-numbers are those of the batch path (``tests/rl/test_rl_fast_policy.py``); with a numpy
+keyed by a version renewed in ``on_start``/``on_end``, placement counts updated from the nodes that
+changed or kept per free state, only the selected columns), the actor from a ``FastActor`` (the
+module's kernels without its batch overhead), ranks and samples from numpy. ``stage_seconds``
+times the stages of a decision for the benchmark.
+The numbers are those of the batch path (``tests/rl/test_rl_fast_policy.py``); with a numpy
 ``Generator`` (what ``EpisodeRunner.run`` passes) sampling draws from numpy's stream, with a torch
 ``Generator`` (or none) from torch's, as before.
 """
@@ -82,23 +84,27 @@ class DecisionLog:
 #: whose caches are keyed by version
 _VERSIONS = itertools.count(1)
 
-_FEATURIZERS: list[tuple[BoundWorkload, bytes, FeatureConfig, WorkloadFeaturizer]] = []
+_FEATURIZERS: list[tuple[BoundWorkload, np.ndarray, FeatureConfig, SimViewBuilder, WorkloadFeaturizer]] = []
 
 
-def _featurizer(
-    workload: BoundWorkload, builder: SimViewBuilder, estimate: np.ndarray, config: FeatureConfig
-) -> WorkloadFeaturizer:
-    """The featurizer of a workload and its estimates, built once for every episode over them (a
-    training run simulates the same workload hundreds of times; the precomputation is per job)."""
-    key = np.ascontiguousarray(estimate, dtype=np.float64).tobytes()
-    for w, k, c, fz in _FEATURIZERS:
-        if w is workload and c == config and k == key:
-            return fz
+def _views(
+    workload: BoundWorkload, estimate: np.ndarray, config: FeatureConfig
+) -> tuple[SimViewBuilder, WorkloadFeaturizer]:
+    """The view builder and featurizer of a workload and its estimates, built once for every
+    episode over them: a training run simulates the same workload hundreds of times, and both are
+    per-job precomputations (on Philly's 82,247 jobs the builder alone took 1.2 ms an episode,
+    about 60 us per recorded decision). Estimates are compared by value (each simulation passes a
+    new array)."""
+    est = np.asarray(estimate, dtype=np.float64)
+    for w, e, c, builder, fz in _FEATURIZERS:
+        if w is workload and c == config and np.array_equal(e, est):
+            return builder, fz
+    builder = SimViewBuilder(workload, est)
     fz = WorkloadFeaturizer.for_builder(builder, config)
     fz.ends_sorted = True  # the policy's RunningJobs keeps them sorted
-    _FEATURIZERS.insert(0, (workload, key, config, fz))
+    _FEATURIZERS.insert(0, (workload, est.copy(), config, builder, fz))
     del _FEATURIZERS[4:]
-    return fz
+    return builder, fz
 
 
 #: a hook that replaces the model (the Gymnasium env): (obs [n, F], critic [F_crit], now) -> priorities [n]
@@ -151,6 +157,9 @@ class LearnedPolicy(Policy):
         self.version = 0  # renewed (``touch``) whenever a job starts or ends: the free state changed
         self.skipped = 0  # blocked cycles answered with the base order (see the module docstring)
         self.seconds = 0.0  # wall time spent deciding (keys), for the throughput benchmark
+        #: when a dict, ``_decide`` adds its stages' wall times to it (view, features, forward,
+        #: order); the rest of ``seconds`` is the glue in ``keys`` (bench/rl_throughput.py)
+        self.stage_seconds: dict[str, float] | None = None
         self._view: tuple[int, ClusterView] | None = None
 
     # -- simulator hooks ------------------------------------------------------------------------
@@ -158,8 +167,7 @@ class LearnedPolicy(Policy):
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         self.base.bind(ctx)
-        self.builder = SimViewBuilder(ctx.workload, ctx.estimate)
-        self.featurizer = _featurizer(ctx.workload, self.builder, ctx.estimate, self.feature_config)
+        self.builder, self.featurizer = _views(ctx.workload, ctx.estimate, self.feature_config)
         self.est = ctx.estimate
 
     def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:
@@ -197,7 +205,7 @@ class LearnedPolicy(Policy):
         if now < self.warm_until or len(idx) < 2:
             self.seconds += time.perf_counter() - t0
             return base_keys
-        base_order = np.argsort(base_keys, kind="stable")
+        base_order = base_keys.argsort(kind="stable")
         head = base_order[: self.max_queue]
         priorities = self._decide(idx[head], now, may_skip=len(head) == len(idx))
         if priorities is None:
@@ -206,7 +214,8 @@ class LearnedPolicy(Policy):
             return base_keys  # nothing can start whatever the order: the model is not asked
         keys = np.empty(len(idx), dtype=np.float64)
         keys[head] = -priorities  # higher priority first; head keys are <= -1
-        keys[base_order[self.max_queue :]] = np.arange(len(idx) - len(head), dtype=np.float64)
+        if len(head) < len(idx):
+            keys[base_order[self.max_queue :]] = np.arange(len(idx) - len(head), dtype=np.float64)
         self.seconds += time.perf_counter() - t0
         return keys
 
@@ -235,6 +244,9 @@ class LearnedPolicy(Policy):
 
     def _decide(self, jobs: IntArray, now: float, may_skip: bool) -> np.ndarray | None:
         """Priorities of the slots ``jobs``; None when ``may_skip`` and no job can start now."""
+        stages = self.stage_seconds
+        if stages is not None:
+            return self._decide_timed(jobs, now, may_skip, stages)
         o = self.featurizer.observe_unless_blocked(
             jobs, now, self.cluster_view(), self.sampler, self.version, may_skip and self.skip_blocked
         )
@@ -242,17 +254,55 @@ class LearnedPolicy(Policy):
             return None  # blocked: no order changes what this cycle starts
         if self.controller is not None:
             return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64)
-        assert self.model is not None and self.actor is not None
+        return self._order(o, jobs, now, self._scores(o))
+
+    def _decide_timed(
+        self, jobs: IntArray, now: float, may_skip: bool, stages: dict[str, float]
+    ) -> np.ndarray | None:
+        """``_decide``, adding each stage's wall time to ``stages``."""
+        t0 = time.perf_counter()
+        view = self.cluster_view()
+        t1 = time.perf_counter()
+        o = self.featurizer.observe_unless_blocked(
+            jobs, now, view, self.sampler, self.version, may_skip and self.skip_blocked
+        )
+        t2 = time.perf_counter()
+        stages["view"] = stages.get("view", 0.0) + t1 - t0
+        stages["features"] = stages.get("features", 0.0) + t2 - t1
+        if o is None:
+            return None
+        if self.controller is not None:
+            return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64)
+        scores = self._scores(o)
+        t3 = time.perf_counter()
+        out = self._order(o, jobs, now, scores)
+        stages["forward"] = stages.get("forward", 0.0) + t3 - t2
+        stages["order"] = stages.get("order", 0.0) + time.perf_counter() - t3
+        return out
+
+    def _scores(self, o: Observation) -> np.ndarray | None:
+        """The fast actor's scores, unless the order is sampled with torch (which scores itself)."""
+        if self.actor is None or (
+            self.mode == "sample" and not isinstance(self.generator, np.random.Generator)
+        ):
+            return None
+        return self.actor.scores(o.obs)
+
+    def _order(self, o: Observation, jobs: IntArray, now: float, scores: np.ndarray | None) -> np.ndarray:
+        """Priorities from the actor's ``scores`` of the observation: greedy, or a sample (recorded)."""
+        assert self.model is not None
         top_k = self.model.config.top_k
-        if self.mode == "greedy":
-            return greedy_priorities(self.actor.scores(o.obs), top_k)
         gen = self.generator
-        if isinstance(gen, np.random.Generator):
-            order = sample_order_np(self.actor.scores(o.obs), top_k, gen)
+        if scores is not None:
+            if self.mode == "greedy":
+                return greedy_priorities(scores, top_k)
+            assert isinstance(gen, np.random.Generator)
+            order = sample_order_np(scores, top_k, gen)
             if self.record:
                 self.log.decisions.append(Decision(o.obs, o.critic, order, now))
             return order_priorities(order, len(jobs))
         # a torch generator (or torch's global one): the batch path, as before
+        assert not isinstance(gen, np.random.Generator)
         obs_t = torch.from_numpy(o.obs).unsqueeze(0)
         mask = torch.ones((1, len(jobs)), dtype=torch.bool)
         with torch.no_grad():
