@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.policies.base import Policy, classes_of, nondecreasing_within, waited
+from shared.policies.base import Policy, PolicyContext, classes_of, nondecreasing_within, waited
 
 
 class FCFS(Policy):
@@ -83,6 +83,23 @@ class UNICEP(Policy):
         est = np.maximum(self.ctx.estimate[idx], 1.0)
         width = np.log2(np.maximum(self.ctx.gpus[idx], 1) + 1.0)
         key: FloatArray = -waited(self.ctx, idx, now) / (width * est)
+        return key
+
+    def bind(self, ctx: PolicyContext) -> None:
+        super().bind(ctx)
+        self._scalar: tuple[list[float], list[float]] | None = None
+
+    def key(self, j: int, now: float) -> float:
+        if type(self).keys is not UNICEP.keys:
+            return super().key(j, now)
+        if self._scalar is None:
+            # per job: submit time, and width x estimate from the same numpy expressions as
+            # ``keys`` (elementwise, so the values are the same bit for bit)
+            ctx = self.ctx
+            width = np.log2(np.maximum(ctx.gpus, 1) + 1.0)
+            self._scalar = (ctx.submit.tolist(), (width * np.maximum(ctx.estimate, 1.0)).tolist())
+        submit, denom = self._scalar
+        key: float = -max(now - submit[j], 0.0) / denom[j]
         return key
 
     def order_classes(self) -> IntArray | None:

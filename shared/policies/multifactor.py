@@ -72,6 +72,9 @@ class SlurmMultifactor(Policy):
         self.qos_factor = (qos / top if top > 0 else np.zeros_like(qos))[jobs.qos]
         self.demand = demand
         self._static: FloatArray | None = None
+        self._usage_version = 0  # bumped whenever ``usage`` changes
+        self._fs_cache: tuple[int, list[float]] = (-1, [])  # (version, weighted fair-share per user)
+        self._scalar: tuple[list[float], list[float], list[int]] | None = None
 
     def _advance(self, now: float) -> None:
         dt = now - self.last
@@ -79,6 +82,7 @@ class SlurmMultifactor(Policy):
             decay = math.exp(-self._lambda * dt)
             self.usage = self.usage * decay + self.running * (1.0 - decay) / self._lambda
             self.last = now
+            self._usage_version += 1
 
     def on_start(self, j: int, now: float) -> None:
         self._advance(now)
@@ -114,6 +118,27 @@ class SlurmMultifactor(Policy):
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         return -self.priority(idx, now)
+
+    def key(self, j: int, now: float) -> float:
+        """``keys`` of one job in scalar arithmetic: the same operations in the same order as
+        ``priority``, with the per-user fair-share factor from the same numpy expression."""
+        cls = type(self)
+        if cls.keys is not SlurmMultifactor.keys or cls.priority is not SlurmMultifactor.priority:
+            return super().key(j, now)
+        self._advance(now)
+        w = self.w
+        if self._scalar is None:
+            if self._static is None:
+                self._static = (
+                    w.job_size * self.size_factor + w.partition * self.part_factor + w.qos * self.qos_factor
+                )
+            jobs = self.ctx.workload.jobs
+            self._scalar = (self.ctx.submit.tolist(), self._static.tolist(), jobs.user.tolist())
+        if self._fs_cache[0] != self._usage_version:
+            self._fs_cache = (self._usage_version, (w.fairshare * self._fairshare_by_user()).tolist())
+        submit, static, user = self._scalar
+        age = min(max(now - submit[j], 0.0), w.max_age_s) * (w.age / w.max_age_s)
+        return -float(math.floor(age + static[j] + self._fs_cache[1][user[j]]))
 
     def order_classes(self) -> IntArray | None:
         cls = type(self)

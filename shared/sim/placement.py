@@ -218,11 +218,11 @@ class Placer:
                             best = (score, self._single(gs, found[1], gpus, cpu, mem))
                         continue
                 whole, cpus, mems = _views(gs, cap)
-                cand = np.flatnonzero((whole >= gpus) & (cpus >= cpu) & (mems >= mem))
+                cand = ((whole >= gpus) & (cpus >= cpu) & (mems >= mem)).nonzero()[0]
                 if len(cand):
                     if not self.best:
                         return self._single(gs, int(cand[0]), gpus, cpu, mem)
-                    i = int(cand[np.argmin(whole[cand])])
+                    i = int(cand[whole[cand].argmin()])
                     score = (1, int(whole[i]) - gpus)
                     if best is None or score < best[0]:
                         best = (score, self._single(gs, i, gpus, cpu, mem))
@@ -270,7 +270,7 @@ class Placer:
         rem = gpus
         if not self.best:
             # first-fit: lowest node ids first, as long as the gang stays within max_nodes
-            for i in np.flatnonzero(usable > 0):
+            for i in (usable > 0).nonzero()[0]:
                 take = min(int(usable[i]), rem)
                 nodes.append(int(i))
                 counts.append(take)
@@ -285,9 +285,9 @@ class Placer:
             for i in order:
                 u = int(usable[i])
                 if u >= rem:
-                    rest = np.flatnonzero(usable >= rem)
+                    rest = (usable >= rem).nonzero()[0]
                     rest = rest[[int(r) not in chosen for r in rest]]
-                    j = int(rest[np.argmin(usable[rest])])
+                    j = int(rest[usable[rest].argmin()])
                     nodes.append(j)
                     counts.append(rem)
                     rem = 0
@@ -338,16 +338,16 @@ class Placer:
             ok = (gs.maxfrac >= milli) & (cpus >= cpu) & (mems >= mem)
             if cap is not None:
                 ok &= ~cap.frac_blocked
-            cand = np.flatnonzero(ok)
+            cand = ok.nonzero()[0]
             if not len(cand):
                 continue
             if not self.best:
                 i = int(cand[0])
-                gpu = int(np.flatnonzero(gs.gfree[i] >= milli)[0])
+                gpu = int((gs.gfree[i] >= milli).nonzero()[0][0])
                 return Alloc(gs.index, [i], [0], [cpu], [mem], None, gpu, milli)
             sub = gs.gfree[cand]
             val = np.where(sub >= milli, sub, BIG)
-            flat = int(np.argmin(val))
+            flat = int(val.argmin())
             r, gpu = divmod(flat, sub.shape[1])
             found.append(
                 (
@@ -363,7 +363,7 @@ class Placer:
                     ok = (gs.whole >= 1) & (gs.cpu >= cpu) & (gs.mem >= mem)
                     if cap is not None:
                         ok &= ~cap.frac_blocked
-                    cand = np.flatnonzero(ok)
+                    cand = ok.nonzero()[0]
                     first = int(cand[0]) if len(cand) else -1
                 if first >= 0:
                     i = first
@@ -384,14 +384,16 @@ class Placer:
     def _cpu_only(
         self, st: ClusterState, cpu: int, mem: int, groups: tuple[int, ...], caps: dict[int, Caps] | None
     ) -> Alloc | None:
+        if len(groups) > 1:
+            return self._cpu_only_joined(st, cpu, mem, groups, caps)
         best: tuple[int, Alloc] | None = None
         for g in groups:
             gs = st.groups[g]
             _, cpus, mems = _views(gs, caps.get(g) if caps else None)
-            cand = np.flatnonzero((cpus >= cpu) & (mems >= mem))
+            cand = ((cpus >= cpu) & (mems >= mem)).nonzero()[0]
             if not len(cand):
                 continue
-            i = int(cand[0]) if not self.best else int(cand[np.argmin(cpus[cand])])
+            i = int(cand[0]) if not self.best else int(cand[cpus[cand].argmin()])
             alloc = Alloc(gs.index, [i], [0], [cpu], [mem])
             if not self.best:
                 return alloc
@@ -399,6 +401,33 @@ class Placer:
             if best is None or score < best[0]:
                 best = (score, alloc)
         return None if best is None else best[1]
+
+    def _cpu_only_joined(
+        self, st: ClusterState, cpu: int, mem: int, groups: tuple[int, ...], caps: dict[int, Caps] | None
+    ) -> Alloc | None:
+        """``_cpu_only`` over many groups at once (a CPU-only pod may run on any of openb's 15):
+        the groups' free CPUs and memory joined in ``groups`` order, so that the first fitting
+        node (first-fit) or the first node with the least CPUs left (best-fit) is the one the
+        per-group walk picks, earlier groups winning ties, in a few array operations."""
+        views = [_views(st.groups[g], caps.get(g) if caps else None) for g in groups]
+        cpus = np.concatenate([v[1] for v in views])
+        mems = np.concatenate([v[2] for v in views])
+        ok = (cpus >= cpu) & (mems >= mem)
+        if self.best:
+            vals = np.where(ok, cpus, BIG)
+            p = int(vals.argmin())
+            if vals[p] == BIG:
+                return None
+        else:
+            p = int(ok.argmax())
+            if not ok[p]:
+                return None
+        for g, v in zip(groups, views, strict=True):
+            n = len(v[1])
+            if p < n:
+                return Alloc(st.groups[g].index, [p], [0], [cpu], [mem])
+            p -= n
+        raise AssertionError("unreachable: the index lies in one of the groups")
 
 
 class FirstFit(Placer):

@@ -29,6 +29,10 @@ class NodeReleases:
         self._cache: dict[tuple[int, int], dict[tuple[int, int, int], Fit | None]] = {}
         # per group and request, node -> first fit of the nodes not changed since it was computed
         self._group: dict[int, dict[tuple[int, int, int], dict[int, Fit | None]]] = {}
+        # per node holding GPUs, its last GPU release (estimated end, job); per group the same
+        # as a sorted list of (estimated end, job, node), for ``kth_drain``
+        self._drain: dict[tuple[int, int], tuple[float, int]] = {}
+        self._drains: dict[int, list[tuple[float, int, int]]] = {}
 
     def _changed(self, g: int, i: int) -> None:
         self._cache.pop((g, i), None)
@@ -37,20 +41,43 @@ class NodeReleases:
             for table in tables.values():
                 table.pop(i, None)
 
+    def _set_drain(self, g: int, i: int) -> None:
+        """Recompute node i's last GPU release after its runs changed."""
+        key = (g, i)
+        new: tuple[float, int] | None = None
+        for e, r, dw, _, _ in reversed(self._runs[key]):
+            if dw:
+                new = (e, r)
+                break
+        old = self._drain.get(key)
+        if new == old:
+            return
+        drains = self._drains.setdefault(g, [])
+        if old is not None:
+            del drains[bisect_left(drains, (old[0], old[1], i))]
+            del self._drain[key]
+        if new is not None:
+            insort(drains, (new[0], new[1], i))
+            self._drain[key] = new
+
     def add(self, job: int, est_end: float, a: Alloc) -> None:
         g = a.group
         for k, i in enumerate(a.nodes):
             key = (g, i)
             insort(self._runs.setdefault(key, []), (est_end, job, a.whole[k], a.cpu[k], a.mem[k]))
             self._changed(g, i)
+            if a.whole[k]:
+                self._set_drain(g, i)
 
     def remove(self, job: int, est_end: float, a: Alloc) -> None:
         g = a.group
-        for i in a.nodes:
+        for k, i in enumerate(a.nodes):
             key = (g, i)
             runs = self._runs[key]
             del runs[bisect_left(runs, (est_end, job))]
             self._changed(g, i)
+            if a.whole[k]:
+                self._set_drain(g, i)
 
     def first_fit(self, gs: GroupState, i: int, gpus: int, cpu: int, mem: int) -> Fit | None:
         """The first release on node i of ``gs`` after which it holds the request (None: never).
@@ -73,6 +100,20 @@ class NodeReleases:
                 break
         self._cache.setdefault(key, {})[req] = found
         return found
+
+    def kth_drain(self, gs: GroupState, k: int) -> tuple[float, int] | None:
+        """The k-th earliest release (estimated end, job) after which a node of ``gs`` has all its
+        GPUs free, if running jobs end in order of estimated end; None when k nodes are free now.
+
+        A gang of k whole nodes (k x GPUs per node, no node slack) first fits, GPU-wise, exactly
+        there: the free-GPU histogram then counts k entirely free nodes for the first time. This
+        reads from the per-node drain points kept sorted what a replay of its releases finds.
+        """
+        free_now = len(gs.bucket[gs.G])
+        if free_now >= k:
+            return None
+        e, r, _ = self._drains[gs.index][k - free_now - 1]
+        return (e, r)
 
     def group_fits(self, gs: GroupState, gpus: int, cpu: int, mem: int) -> dict[int, Fit | None]:
         """``first_fit`` of every node of ``gs`` (node -> fit), recomputing only the nodes that

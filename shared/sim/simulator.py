@@ -14,15 +14,21 @@ property tests check that the schedule does not change):
   vectorized filter retires them all, and a cycle visits only jobs that may still start;
 - with a long queue each shape's GPU request is tested once first; of the shapes that fit
   nowhere only the first job per class of eligible groups is visited (it may take a reservation);
-- a reservation is computed only when a later job wants nodes of its groups, by replaying the
-  running jobs' estimated ends on a light overlay of the touched nodes;
+- a reservation is computed only when a later job wants nodes of its groups, and then first as
+  a bound: the earliest release after which the blocked job fits GPU-wise (cached per-node
+  release profiles for single nodes, per-node drain points for gangs of whole nodes, a replay of
+  the free-GPU histogram for other gangs). Its caps are built only when a job that may run past
+  the bound wants those groups: a job that ends before it cannot be capped, and starting it
+  changes neither the reservation's time nor its plan (see ``settle``);
 - an event that freed nothing, after a cycle in which every queued job failed on the raw free
   state (not merely on a reservation's caps), can only start one of the new arrivals: the cycle
   is skipped when none of them fits;
 - for policies that order some classes of jobs by arrival (``Policy.order_classes``: every base
   policy), jobs with the same class, shape, CPUs, memory and estimate form one class: only its
   first queued job can be next, and a failure retires it whole, so a cycle orders a few hundred
-  class heads instead of every queued job (``class_heads_cycle``);
+  class heads instead of every queued job (``class_heads_cycle``); with static keys the heads
+  stay sorted per shape between cycles (``shared.sim.heads``), so a cycle merges only the
+  shapes it visits and touches only the heads it visits;
 - a queue of one new arrival is tried directly (a cycle would try it alone, with no reservation).
 """
 
@@ -32,9 +38,8 @@ import heapq
 import math
 import time
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +48,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
 from shared.policies.base import Policy, PolicyContext, classes_of
 from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
+from shared.sim.heads import Heads
 from shared.sim.placement import BestFit, Caps, FirstFit, Placer, alloc_fits, make_placer, whole_gpus_fit
 from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
@@ -63,6 +69,22 @@ class _Scratch:
     """A partial copy of the cluster used to find when a blocked job could start."""
 
     groups: list[GroupState | None]
+
+
+@dataclass(slots=True)
+class _Bound:
+    """An EASY reservation known by its earliest possible time, its caps not yet built.
+
+    ``when`` is exact unless CPUs or memory bind at ``point`` (the release after which the job
+    fits GPU-wise); it never exceeds the exact time. ``group`` is the group of a gang fit (-1
+    for a single-node fit, then ``node_pick`` holds the node and its free resources there).
+    """
+
+    job: int
+    when: float
+    point: tuple[float, int]
+    group: int
+    node_pick: tuple[tuple[float, int], int, int, tuple[int, int, int]] | None
 
 
 class Simulator:
@@ -89,6 +111,9 @@ class Simulator:
     class_heads_queue: int = 8
     #: a queue of one new arrival is tried directly, without the cycle's machinery
     lone_arrivals: bool = True
+    #: an EASY reservation's caps are built only when a job that may run past its earliest
+    #: possible time wants its groups (``bound``, ``materialize``)
+    lazy_reservations: bool = True
 
     def __init__(
         self,
@@ -190,6 +215,7 @@ class Simulator:
         hist_precheck = type(placer) in (FirstFit, BestFit)  # ``whole_gpus_fit`` answers for these
         int_keys = policy.integer_keys
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
+        lazy = self.lazy_reservations and self.batch_placer is None
         batch_placer = self.batch_placer
         if batch_placer is not None:
             from shared.placement import GroupCost, JobRequest, SolveStatus
@@ -260,8 +286,8 @@ class Simulator:
         job_bucket: list[int] = []
         bucket_jobs: list[list[int]] = []  # per class, its jobs that arrived, in arrival order
         bucket_head: list[int] = []  # per class, the position of its first queued job
+        head_pos = np.zeros(0, dtype=np.int64)  # the same as an array
         head_np = np.zeros(0, dtype=np.int64)  # per class, its first queued job (-1: none)
-        b_shape = b_gclass = head_np
         queued = [False] * n  # in_queue as a list, for quick scalar reads
         shape_min_cpu: list[int] = []  # per shape, the least CPUs and memory any of its jobs asks
         shape_min_mem: list[int] = []
@@ -270,9 +296,9 @@ class Simulator:
             bucket_np = classes_of(shape_np, cpu_np, mem_np, est_np, order_cls)
             job_bucket = bucket_np.tolist()
             _, first_of = np.unique(bucket_np, return_index=True)
-            b_shape, b_gclass = shape_np[first_of], class_np[first_of]
             bucket_jobs = [[] for _ in range(len(first_of))]
             bucket_head = [0] * len(first_of)
+            head_pos = np.zeros(len(first_of), dtype=np.int64)
             head_np = np.full(len(first_of), -1, dtype=np.int64)
             smin = np.full(n_shapes, np.iinfo(np.int64).max, dtype=np.int64)
             np.minimum.at(smin, shape_np, cpu_np)
@@ -281,6 +307,13 @@ class Simulator:
             np.minimum.at(smin, shape_np, mem_np)
             shape_min_mem = smin.tolist()
         static_keys_l: list[float] | None = static_keys.tolist() if static_keys is not None else None
+        # the heads of the order classes, sorted between cycles when keys do not move (and are
+        # not NaN, which no sort orders consistently)
+        heads = Heads(static_keys is not None and not bool(np.isnan(static_keys).any()))
+        head_key: list[float] = static_keys_l if heads.sorted and static_keys_l is not None else [0.0] * n
+        shape_gclass = [0] * n_shapes  # the class of eligible groups of each shape
+        for k_, c_ in zip(shape_np.tolist(), job_class_of, strict=True):
+            shape_gclass[k_] = c_
         tl_t: list[float] = []
         tl_busy: list[float] = []
         tl_q: list[int] = []
@@ -319,7 +352,13 @@ class Simulator:
                     while h < len(lst) and not queued[lst[h]]:
                         h += 1
                     bucket_head[b] = h
-                    head_np[b] = lst[h] if h < len(lst) else -1
+                    head_pos[b] = h
+                    heads.remove(head_key[j], j, k)
+                    if h < len(lst):
+                        head_np[b] = nxt = lst[h]
+                        heads.add(head_key[nxt], nxt, b, h, k)
+                    else:
+                        head_np[b] = -1
             if track:
                 policy.on_start(j, now)
 
@@ -345,15 +384,118 @@ class Simulator:
             w_at, i, g, c_at, m_at = min(picks) if placer.best else min(picks, key=lambda p: p[1])
             return first, g, i, (w_at, c_at, m_at)
 
-        def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
-            """Earliest estimated start of blocked job j and the caps that protect it.
+        def gang_point(g: int, need: int, stop: tuple[float, int]) -> tuple[float, int] | None:
+            """The first release in group g, before ``stop``, after which the free-GPU histogram
+            of g could hold a gang of ``need`` GPUs (CPUs and memory not yet considered): the
+            earliest time a reservation in g is possible. Whole-node gangs read it from the
+            nodes' drain points; other gangs replay g's releases on the histogram alone."""
+            gs0 = st.groups[g]
+            runs = run_by_group.get(g)
+            if not runs:
+                return None
+            if slack == 0 and need % gs0.G == 0:
+                point = releases.kth_drain(gs0, need // gs0.G)
+                if point is None:  # enough free nodes now: the first release is the first test
+                    point = runs[0]
+                return point if point < stop else None
+            hist = [len(b) for b in gs0.bucket]
+            free = gs0.free_whole
+            span = nodes_needed(need, gs0.G) + slack
+            whole: dict[int, int] = {}
+            for e, r in runs:
+                if (e, r) >= stop:
+                    return None
+                a = allocs[r]
+                for t, i in enumerate(a.nodes):
+                    dw = a.whole[t]
+                    if dw:
+                        w0 = whole.get(i)
+                        if w0 is None:
+                            w0 = int(gs0.whole[i])
+                        hist[w0] -= 1
+                        hist[w0 + dw] += 1
+                        whole[i] = w0 + dw
+                        free += dw
+                if free >= need and top_from_hist(hist, span) >= need:
+                    return (e, r)
+            return None
 
-            Running jobs are released in order of estimated end until j fits. For whole-GPU jobs
-            on groups without per-GPU shares, groups where j takes one node answer from cached
-            per-node release profiles (``NodeReleases``), and the other groups replay releases on a
-            light overlay (free resources of the touched nodes plus the free-GPU histogram); a full
-            scratch copy is built only once a release makes a gang fit possible.
+        def bound(j: int, now: float) -> _Bound | None:
+            """When blocked job j could start at the earliest, as a lower bound that is exact
+            unless CPUs or memory bind at that point, or None where only ``replay`` answers
+            (GPU shares, CPU-only jobs, shortcuts switched off).
+
+            Nothing fits before the first release, so a fit appears right after some release:
+            per node group, single-node requests read the first such release from cached per-node
+            release profiles (exact, CPUs and memory included), gangs the first at which the
+            free-GPU histogram holds them; the earliest of these is the bound.
             """
+            gset = groups_of[j]
+            need = gpus[j]
+            if not (overlay and profiles and need and milli[j] == WHOLE_GPU_MILLI):
+                return None
+            if any(st.groups[g].gfree is not None for g in gset):
+                return None
+            c_, mm = cpu[j], mem[j]
+            single = [g for g in gset if slack == 0 and need <= st.groups[g].G]
+            node_pick = first_node_fit(single, need, c_, mm) if single else None
+            best: tuple[float, int] = node_pick[0] if node_pick is not None else (INF, -1)
+            hit = -1
+            for g in gset:
+                if g not in single:
+                    point = gang_point(g, need, best)
+                    if point is not None:
+                        best, hit = point, g
+            if best[0] == INF:
+                return _Bound(j, INF, best, -1, None)
+            return _Bound(j, max(best[0], now), best, hit, node_pick if hit < 0 else None)
+
+        def materialize(b: _Bound, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
+            """Turn a bound into the reservation (time and caps) that ``replay`` would find."""
+            j = b.job
+            need, c_, mm = gpus[j], cpu[j], mem[j]
+            if b.when == INF:
+                return INF
+            if b.node_pick is not None:
+                (e, _), g, i, (w_at, c_at, m_at) = b.node_pick
+                cap = Caps.unlimited(st.groups[g].n)
+                cap.whole[i] = w_at - need
+                cap.cpu[i] = c_at - c_
+                cap.mem[i] = m_at - mm
+                cap.block_shares(i)
+                caps_out[g] = (b.when, cap)
+                return b.when
+            # a gang in group b.group: its nodes' free resources right after the bound's release;
+            # another group cannot hold j there (it would have given an earlier bound)
+            g = b.group
+            gs0 = st.groups[g]
+            changes: dict[int, list[int]] = {}
+            for e, r in run_by_group[g]:
+                if (e, r) > b.point:
+                    break
+                a = allocs[r]
+                for t, i in enumerate(a.nodes):
+                    v = changes.get(i)
+                    if v is None:
+                        v = changes[i] = [int(gs0.whole[i]), int(gs0.cpu[i]), int(gs0.mem[i])]
+                    v[0] += a.whole[t]
+                    v[1] += a.cpu[t]
+                    v[2] += a.mem[t]
+            scratch = _Scratch([None] * len(st.groups))
+            scratch.groups[g] = gs0.overlaid(changes)
+            plan = placer.place(scratch, need, WHOLE_GPU_MILLI, c_, mm, (g,), None, slack)  # type: ignore[arg-type]
+            if plan is None:
+                return replay(j, now, caps_out)  # CPUs or memory bind: rare, replay from the start
+            return cap_plan(plan, scratch, b.when, caps_out)
+
+        def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
+            """Earliest estimated start of blocked job j and the caps that protect it."""
+            b = bound(j, now)
+            return replay(j, now, caps_out) if b is None else materialize(b, now, caps_out)
+
+        def replay(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
+            """``reserve`` the plain way: running jobs are released, in order of estimated end, on
+            a scratch copy of j's groups until j fits (the reference for every shortcut)."""
             gset = groups_of[j]
             need, m, c_, mm = gpus[j], milli[j], cpu[j], mem[j]
             single = need > 0 and (m < WHOLE_GPU_MILLI or need <= min(st.groups[g].G for g in gset))
@@ -361,116 +503,41 @@ class Simulator:
             share_test = need > 0 and m < WHOLE_GPU_MILLI
             when = INF
             plan: Alloc | None = None
-            scratch: _Scratch | None = None
-            resume = 0
-            node_pick: tuple[tuple[float, int], int, int, tuple[int, int, int]] | None = None
-            if overlay and need and m == WHOLE_GPU_MILLI and all(st.groups[g].gfree is None for g in gset):
-                # per group: a single-node fit can only appear on a node a release touched
-                # (nothing fits before the first release); a gang needs the free-GPU histogram
-                per_node = {g: slack == 0 and need <= st.groups[g].G for g in gset}
-                scan_groups = gset
-                stop: tuple[float, int] = (INF, -1)
-                if profiles and any(per_node.values()):
-                    node_pick = first_node_fit([g for g in gset if per_node[g]], need, c_, mm)
-                    if node_pick is not None:
-                        stop = node_pick[0]
-                    scan_groups = tuple(g for g in gset if not per_node[g])
-                over: dict[int, dict[int, list[int]]] = {g: {} for g in scan_groups}
-                hists = {g: [len(b) for b in st.groups[g].bucket] for g in scan_groups}
-                free_tot = {g: st.groups[g].free_whole for g in scan_groups}
-                span = {g: nodes_needed(need, st.groups[g].G) + slack for g in scan_groups}
-                resume = -1  # no fit at all unless a release below makes one possible
-                if len(scan_groups) == 1:
-                    releases_in_scan: Iterable[tuple[float, int]] = run_by_group.get(scan_groups[0], ())
-                else:
-                    releases_in_scan = heapq.merge(*(run_by_group.get(g, ()) for g in scan_groups))
-                for e, r in releases_in_scan:
-                    if (e, r) >= stop:
-                        break  # a node-level fit comes first
-                    a = allocs[r]
-                    g = a.group
-                    ov = over[g]
-                    gs0 = st.groups[g]
-                    hist = hists[g]
-                    hit = False
-                    for t, i in enumerate(a.nodes):
-                        v = ov.get(i)
-                        if v is None:
-                            v = ov[i] = [int(gs0.whole[i]), int(gs0.cpu[i]), int(gs0.mem[i])]
-                        w0 = v[0]
-                        w1 = w0 + a.whole[t]
-                        if w1 != w0:
-                            hist[w0] -= 1
-                            hist[w1] += 1
-                            v[0] = w1
-                        v[1] += a.cpu[t]
-                        v[2] += a.mem[t]
-                        if w1 >= need and v[1] >= c_ and v[2] >= mm:
-                            hit = True
-                    free_tot[g] += sum(a.whole)
-                    if per_node[g]:
-                        if not hit:
-                            continue
-                    elif free_tot[g] < need or top_from_hist(hist, span[g]) < need:
+            scratch = _Scratch([None] * len(st.groups))
+            for g in gset:
+                scratch.groups[g] = st.groups[g].copy()
+            for e, r in run_sorted:
+                a = allocs[r]
+                gs = scratch.groups[a.group]
+                if gs is None:
+                    continue
+                gs.give(a)
+                if node_test:
+                    ok = any(gs.whole[i] >= need and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes)
+                    if not ok:
                         continue
-                    node_pick = None  # a fit in a scanned group comes first
-                    scratch = _Scratch([None] * len(st.groups))
-                    for g2 in gset:
-                        scratch.groups[g2] = st.groups[g2].overlaid(over.get(g2, {}))
-                    plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
-                    if plan is not None:
-                        when = max(e, now)
-                    elif scan_groups == gset:
-                        # CPUs or memory bind: go on with the full scratch after this release
-                        resume = bisect_left(run_sorted, (e, r)) + 1
-                    else:
-                        scratch, resume = None, 0  # rare: replay everything the plain way
-                    break
-                if node_pick is not None:
-                    (e, _), g, i, (w_at, c_at, m_at) = node_pick
-                    cap = Caps.unlimited(st.groups[g].n)
-                    cap.whole[i] = w_at - need
-                    cap.cpu[i] = c_at - c_
-                    cap.mem[i] = m_at - mm
-                    cap.block_shares(i)
-                    when = max(e, now)
-                    caps_out[g] = (when, cap)
-                    return when
-            if plan is None and resume >= 0:
-                if scratch is None:
-                    scratch = _Scratch([None] * len(st.groups))
-                    for g in gset:
-                        scratch.groups[g] = st.groups[g].copy()
-                for e, r in islice(run_sorted, resume, None):
-                    a = allocs[r]
-                    gs = scratch.groups[a.group]
-                    if gs is None:
-                        continue
-                    gs.give(a)
-                    if node_test:
-                        ok = any(gs.whole[i] >= need and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes)
-                        if not ok:
-                            continue
-                    elif share_test:
-                        # a share fits only where a release left room on one GPU (nothing fit before)
-                        mf = gs.maxfrac
-                        if mf is None or not any(
-                            mf[i] >= m and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes
-                        ):
-                            continue
-                    elif (
-                        need
-                        and m == WHOLE_GPU_MILLI
-                        and gs.top_whole(nodes_needed(need, gs.G) + slack) < need
+                elif share_test:
+                    # a share fits only where a release left room on one GPU (nothing fit before)
+                    mf = gs.maxfrac
+                    if mf is None or not any(
+                        mf[i] >= m and gs.cpu[i] >= c_ and gs.mem[i] >= mm for i in a.nodes
                     ):
                         continue
-                    plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
-                    if plan is not None:
-                        when = max(e, now)
-                        break
+                elif need and m == WHOLE_GPU_MILLI and gs.top_whole(nodes_needed(need, gs.G) + slack) < need:
+                    continue
+                plan = placer.place(scratch, need, m, c_, mm, gset, None, slack)  # type: ignore[arg-type]
+                if plan is not None:
+                    when = max(e, now)
+                    break
             if plan is None:
                 return INF
-            assert scratch is not None
+            return cap_plan(plan, scratch, when, caps_out)
+
+        def cap_plan(
+            plan: Alloc, scratch: _Scratch, when: float, caps_out: dict[int, tuple[float, Caps]]
+        ) -> float:
+            """Record a reservation: later jobs may take on the plan's nodes only what leaves the
+            plan room at ``when`` (free there on the scratch minus the plan)."""
             gs = scratch.groups[plan.group]
             assert gs is not None
             cap = Caps.unlimited(gs.n)
@@ -617,7 +684,7 @@ class Simulator:
             now: float,
             shape_blocked: set[int],
             try_reserve: Callable[[int], None],
-            settle: Callable[[tuple[int, ...]], None],
+            settle: Callable[[tuple[int, ...], float], None],
             reserved: dict[int, tuple[float, Caps]],
         ) -> bool:
             """The visit of ``cycle`` over order classes: the same jobs in the same (key, arrival)
@@ -626,36 +693,63 @@ class Simulator:
             shape, at least its CPUs and memory, estimate beyond the threshold), as the array
             filter of ``cycle`` retires the jobs."""
             soft = False
-            act = np.flatnonzero(head_np >= 0)
-            hj = head_np[act]
-            hk = static_keys[hj] if static_keys is not None else policy.keys(hj, now)
-            if shape_blocked:
-                blocked_shape = np.zeros(n_shapes, dtype=bool)
-                blocked_shape[list(shape_blocked)] = True
-                bl = blocked_shape[b_shape[act]]
-                fr = ~bl
-                fj, fk, fb = hj[fr], hk[fr], act[fr]
-            else:
-                bl = None
-                fj, fk, fb = hj, hk, act
-            srt = np.lexsort((fj, fk))
-            fb_l = fb[srt].tolist()
-            # sorted by (key, job): already a heap
-            order: list[tuple[float, int, int, int]] = list(
-                zip(fk[srt].tolist(), fj[srt].tolist(), fb_l, [bucket_head[b] for b in fb_l], strict=True)
-            )
+            # The order is a k-way merge: a heap of (key, job, class, position, source, index)
+            # holds the next entry of each source (a sorted list of heads), plus the entries
+            # pushed during the visit (source -1): the next job of a class whose head was
+            # visited, and the first job per class of eligible groups of the shapes that fit
+            # nowhere (class -1: it may take a reservation, or stop the queue without backfill;
+            # the other heads of those shapes are passed over).
+            srcs: list[list[tuple[float, int, int, int]]] = []
+            order: list[tuple[float, int, int, int, int, int]] = []
+            firsts: dict[int, tuple[float, int, int, int]] = {}
             # entries of the order whose shape is not retired whole: the visit ends at 0
-            in_order = np.bincount(b_shape[fb], minlength=n_shapes).tolist()
-            live = len(fb_l)
-            if bl is not None and mode != "greedy" and bl.any():
-                # of the classes whose shape fits nowhere, only the first job per group class
-                bj, bk, bc = hj[bl], hk[bl], b_gclass[act[bl]]
-                o = np.lexsort((bj, bk, bc))
-                bc = bc[o]
-                first = o[np.concatenate(([True], bc[1:] != bc[:-1]))]
-                for kj, j in zip(bk[first].tolist(), bj[first].tolist(), strict=True):
-                    heapq.heappush(order, (kj, j, -1, -1))
-                    live += 1
+            in_order: dict[int, int] = {}
+            if heads.sorted:
+                for k, lst in heads.by_shape.items():
+                    if k in shape_blocked:
+                        gc = shape_gclass[k]
+                        f = firsts.get(gc)
+                        if f is None or lst[0] < f:
+                            firsts[gc] = lst[0]
+                        continue
+                    e0 = lst[0]
+                    order.append((e0[0], e0[1], e0[2], e0[3], len(srcs), 0))
+                    srcs.append(lst.copy())  # starts in this cycle change the list
+                    in_order[k] = len(lst)
+            else:
+                act = np.flatnonzero(head_np >= 0)
+                hj = head_np[act]
+                hk = policy.keys(hj, now)
+                srt = np.lexsort((hj, hk))
+                src = list(
+                    zip(
+                        hk[srt].tolist(),
+                        hj[srt].tolist(),
+                        act[srt].tolist(),
+                        head_pos[act[srt]].tolist(),
+                        strict=True,
+                    )
+                )
+                if shape_blocked:
+                    kept = []
+                    for e0 in src:
+                        k = shape[e0[1]]
+                        if k not in shape_blocked:
+                            kept.append(e0)
+                        elif shape_gclass[k] not in firsts:
+                            firsts[shape_gclass[k]] = e0
+                    src = kept
+                if src:
+                    e0 = src[0]
+                    order.append((e0[0], e0[1], e0[2], e0[3], 0, 0))
+                    srcs.append(src)
+                in_order = {k: c for k, c in heads.per_shape.items() if k not in shape_blocked}
+            live = sum(in_order.values())
+            if mode != "greedy":
+                for e0 in firsts.values():
+                    order.append((e0[0], e0[1], -1, -1, -1, 0))
+                live += len(firsts)
+            heapq.heapify(order)
             retired: dict[int, list[tuple[int, int, float]]] = {}  # shape -> (CPUs, memory, threshold)
             dead: set[int] = set()  # shapes retired whole (a failure with their least CPUs and memory)
 
@@ -667,16 +761,18 @@ class Simulator:
                     h += 1
                 if h < len(lst):
                     j2 = lst[h]
-                    if static_keys_l is not None:
-                        k2 = static_keys_l[j2]
-                    else:
-                        k2 = float(policy.keys(np.array([j2], dtype=np.int64), now)[0])
-                    heapq.heappush(order, (k2, j2, b, h))
+                    k2 = static_keys_l[j2] if static_keys_l is not None else policy.key(j2, now)
+                    heapq.heappush(order, (k2, j2, b, h, -1, 0))
                     in_order[shape[j2]] += 1
                     live += 1
 
             while live > 0:
-                _, j, b, h = heapq.heappop(order)
+                _, j, b, h, si, ix = heapq.heappop(order)
+                if si >= 0:  # the source's next entry takes its place
+                    lst = srcs[si]
+                    if ix + 1 < len(lst):
+                        e1 = lst[ix + 1]
+                        heapq.heappush(order, (e1[0], e1[1], e1[2], e1[3], si, ix + 1))
                 if b < 0:  # the first job of a group class whose shape fits nowhere
                     live -= 1
                     if mode == "none":
@@ -693,7 +789,7 @@ class Simulator:
                 if recs is not None and any(c_j >= cf and m_j >= mf and e_j > tf for cf, mf, tf in recs):
                     continue  # retired, and with it the rest of its class
                 gset = groups_of[j]
-                settle(gset)
+                settle(gset, now + e_j)
                 capped: tuple[int, ...] = ()
                 caps: dict[int, Caps] | None = None
                 if reserved:
@@ -781,13 +877,31 @@ class Simulator:
                     if t_res < INF and np.isnan(first_res[j]):
                         first_res[j] = t_res
 
-            def settle(gset: tuple[int, ...]) -> None:
+            # A due reservation is first only bounded (``bound``): a job that ends before the
+            # bound cannot be capped by it, and starting such a job changes neither the time
+            # nor the plan (it is released before the fit in the replay), so the caps are built
+            # (``materialize``) only when a job that may run past the bound wants its groups.
+            bounds: dict[int, _Bound] = {}  # group -> its reservation, known by a bound only
+
+            def settle(gset: tuple[int, ...], finish: float) -> None:
+                """Make the reservations on ``gset`` exact where a job running until ``finish``
+                may be capped by them."""
                 for g in gset:
                     h = pending_res.get(g)
                     if h is not None:
                         for g2 in groups_of[h]:
                             pending_res.pop(g2, None)
-                        reserve(h, now, reserved)
+                        b = bound(h, now) if lazy else None
+                        if b is None:
+                            reserve(h, now, reserved)
+                        else:
+                            for g2 in groups_of[h]:
+                                bounds[g2] = b
+                    b = bounds.get(g)
+                    if b is not None and finish >= b.when:
+                        for g2 in groups_of[b.job]:
+                            bounds.pop(g2, None)
+                        materialize(b, now, reserved)
 
             if by_class and nq > bucket_queue and batch_placer is None and retire:
                 return class_heads_cycle(now, shape_blocked, try_reserve, settle, reserved)
@@ -844,8 +958,8 @@ class Simulator:
                         continue
                     e_j, c_j, m_j = est[j], cpu[j], mem[j]
                     gset = groups_of[j]
-                    if pending_res:
-                        settle(gset)
+                    if pending_res or bounds:
+                        settle(gset, now + e_j)
                     capped: tuple[int, ...] = ()
                     caps: dict[int, Caps] | None = None
                     if reserved:
@@ -939,6 +1053,8 @@ class Simulator:
                     if head_np[b] < 0:
                         head_np[b] = i
                         bucket_head[b] = len(lst) - 1
+                        head_pos[b] = len(lst) - 1
+                        heads.add(head_key[i], i, b, len(lst) - 1, k)
                 i += 1
             if nq == 1 and i - first_new == 1 and lone_arrival:
                 # the queue is one new arrival: a cycle would try it alone, with no reservation
