@@ -24,6 +24,7 @@ from shared.sim.placement import _lowest_with_free_gpu, make_placer, whole_gpus_
 from shared.sim.releases import NodeReleases
 from shared.sim.simulator import Simulator
 from shared.sim.state import Alloc, ClusterState
+from tests.sim.sim_helpers import one_group_spec
 from tests.sim.test_properties import Scenario, scenarios
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,15 +91,7 @@ def test_keys_never_decrease_with_arrival_inside_a_class(
         users=["u0", "u1", "u2"],
         vcs=["a", "b"],
     )
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": 4, "gpus": 8, "cpus": 64, "mem_gib": 512}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(4, 8)
     bound = bind_jobs(jobs, spec)
     assert len(bound.jobs) == len(rows)
     policy = make_policy(name)
@@ -194,15 +187,7 @@ def test_class_heads_cycle_on_a_long_queue(policy: str) -> None:
         user=rng.integers(0, 3, n).tolist(),
         users=["u0", "u1", "u2"],
     )
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": 2, "gpus": 8, "cpus": 64, "mem_gib": 512}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(2, 8)
     bound = bind_jobs(jobs, spec)
     for backfill in MODES:
         cfg = SimConfig(backfill=backfill)
@@ -278,15 +263,7 @@ def test_lowest_node_with_a_free_gpu_matches_an_array_scan(
 ) -> None:
     """The bucket walk that places a GPU share on a whole free GPU finds the node an array scan
     finds (lowest id with a free GPU, the CPUs and the memory), or gives up past its budget."""
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": count, "gpus": gpus, "cpus": 64, "mem_gib": 4}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(count, gpus, 64, 4)
     state = ClusterState(spec, {0})
     gs = state.groups[0]
     for i in range(count):
@@ -325,13 +302,7 @@ def test_group_fits_match_a_fresh_replay(
     than the tables kept per group), ``group_fits`` gives for every node the first release, in
     (estimated end, job) order, after which the node holds the request: replayed here from the
     running jobs alone."""
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [{"name": "g", "gpu_type": "A", "count": 6, "gpus": 4, "cpus": 16, "mem_gib": 2}],
-        },
-        "t",
-    )
+    spec = one_group_spec(6, 4, 16, 2)
     state = ClusterState(spec)
     gs = state.groups[0]
     rel = NodeReleases()
@@ -373,15 +344,7 @@ def test_a_subclass_with_its_own_keys_makes_no_promise() -> None:
     from shared.policies.multifactor import SlurmMultifactor
 
     jobs = build_table(ids=["a", "b"], submit=[0, 1], runtime=[5, 5], gpus=[1, 2], estimate=[5, 9])
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": 1, "gpus": 4, "cpus": 64, "mem_gib": 512}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(1, 4)
     bound = bind_jobs(jobs, spec)
     for base in (FCFS, SJF, WFP3, UNICEP, F1, SlurmMultifactor):
 
@@ -410,15 +373,7 @@ def test_overlaid_equals_copy_then_set_free(
 ) -> None:
     """A reservation's scratch group built at once (``overlaid``, both for a few changed nodes and
     for many) holds the same free resources, buckets and total as a copy changed node by node."""
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": count, "gpus": gpus, "cpus": 64, "mem_gib": 4}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(count, gpus, 64, 4)
     state = ClusterState(spec)
     gs = state.groups[0]
     for i in range(count):

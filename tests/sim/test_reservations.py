@@ -25,6 +25,7 @@ from shared.sim.heads import Heads
 from shared.sim.releases import NodeReleases
 from shared.sim.simulator import Simulator
 from shared.sim.state import Alloc, ClusterState
+from tests.sim.sim_helpers import one_group_spec
 from tests.sim.test_order_classes import plain
 from tests.sim.test_properties import Scenario, scenarios
 
@@ -32,15 +33,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def _group(count: int, gpus: int) -> ClusterState:
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": count, "gpus": gpus, "cpus": 64, "mem_gib": 64}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(count, gpus, 64, 64)
     return ClusterState(spec)
 
 
@@ -214,15 +207,7 @@ def test_key_of_one_job_is_keys_bit_for_bit(
         user=rng.integers(0, 3, n).tolist(),
         users=["u0", "u1", "u2"],
     )
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": 4, "gpus": 8, "cpus": 64, "mem_gib": 512}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(4, 8)
     bound = bind_jobs(jobs, spec)
     policy = make_policy(name)
     policy.bind(PolicyContext(workload=bound, estimate=bound.jobs.estimate, capacity_gpus=spec.total_gpus))

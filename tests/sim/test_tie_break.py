@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from shared.domain.cluster import parse_cluster_spec
 from shared.sim.placement import Caps, make_placer
 from shared.sim.state import Alloc, ClusterState
+from tests.sim.sim_helpers import one_group_spec
 
 
 def _state() -> ClusterState:
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": "g", "gpu_type": "A", "count": 20, "gpus": 4, "cpus": 64, "mem_gib": 512}
-            ],
-        },
-        "t",
-    )
+    spec = one_group_spec(20, 4)
     st = ClusterState(spec)
     # nodes 9, then 2, then 17 are left with one free GPU each (in that order: a hash set with a
     # small table would list 9 or 17 before 2)
