@@ -20,14 +20,15 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from shared.schemas.base import Strict
 
 R = TypeVar("R", bound=BaseModel)
 C = TypeVar("C", bound="Columns[Any]")
+F = TypeVar("F", bound="FlatNodeColumns[Any]")
 
 
 def same_lengths(owner: str, columns: dict[str, Sequence[Any]]) -> int:
@@ -109,7 +110,7 @@ def check_flat(owner: str, flat: str, count: str, flat_len: int, counts: Sequenc
 class Columns(Strict, Generic[R]):
     """Columns of a row model ``ROW``: entry ``i`` of every column in ``COLUMNS`` describes row ``i``.
 
-    Subclasses whose rows hold a list of names sent flat override ``_row_fields`` and ``of``.
+    Rows holding a list of node names sent flat: ``FlatNodeColumns``.
     """
 
     ROW: ClassVar[type[BaseModel]]
@@ -158,3 +159,54 @@ class Columns(Strict, Generic[R]):
             return self  # frozen: sharing is safe
         cols = {c: pick(getattr(self, c), index) for c in self.COLUMNS}
         return cast(C, type(self).model_construct(None, **cols))
+
+
+class FlatNodeColumns(Columns[R]):
+    """Columns whose rows each hold a list of node names (a row's ``nodes``), sent as one flat
+    ``nodes`` column plus a per-row ``node_count`` (in ``COLUMNS``; ``nodes`` is not).
+
+    Subclasses declare both fields (with their own bounds) and call ``_check_flat`` in their
+    validator; row ``i``'s names are ``nodes[offsets()[i]:offsets()[i + 1]]``.
+    """
+
+    if TYPE_CHECKING:  # declared by the subclasses, with their own bounds
+        node_count: tuple[int, ...]
+        nodes: tuple[str, ...]
+
+    _offsets: list[int] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def _flat_columns(cls, rows: tuple[Any, ...]) -> dict[str, Any]:
+        """The columns of ``rows`` (row objects with a ``nodes`` tuple), ``nodes`` flattened."""
+        cols: dict[str, Any] = {
+            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
+        }
+        cols["node_count"] = tuple(len(r.nodes) for r in rows)
+        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
+        return cols
+
+    @classmethod
+    def of(cls: type[F], rows: Iterable[Any]) -> F:
+        """Columns from rows (already validated row objects)."""
+        return cls(**cls._flat_columns(tuple(rows)))
+
+    def _check_flat(self) -> None:
+        check_flat(self.OWNER, "nodes", "node_count", len(self.nodes), self.node_count)
+
+    def offsets(self) -> list[int]:
+        """Where each row's names start in ``nodes``, plus the end."""
+        if self._offsets is None:
+            self._offsets = offsets_of(self.node_count)
+        return self._offsets
+
+    def _row_fields(self, i: int) -> dict[str, Any]:
+        o = self.offsets()
+        fields = {c: getattr(self, c)[i] for c in self.COLUMNS if c != "node_count"}
+        fields["nodes"] = self.nodes[o[i] : o[i + 1]]
+        return fields
+
+    def take(self: F, index: Sequence[int]) -> F:
+        """The rows at ``index`` (in that order), as columns."""
+        if is_identity(index, len(self)):
+            return self  # frozen: sharing is safe
+        return type(self).of(self[i] for i in index)

@@ -11,7 +11,7 @@ Every stage still runs as any number of stateless replicas on any machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -19,7 +19,6 @@ from pydantic import (
     BaseModel,
     Field,
     JsonValue,
-    PrivateAttr,
     StringConstraints,
     ValidationInfo,
     field_validator,
@@ -35,7 +34,7 @@ from shared.schemas.base import (
     StageLatencies,
     Strict,
 )
-from shared.schemas.columns import Columns, check_flat, offsets_of, require_unique
+from shared.schemas.columns import FlatNodeColumns, require_unique
 from shared.schemas.limits import check_count, limits_of
 from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJobs, QueueSnapshot
 
@@ -160,7 +159,7 @@ class JobPlacement(Strict):
     )
 
 
-class Placements(Columns[JobPlacement]):
+class Placements(FlatNodeColumns[JobPlacement]):
     """A decision's jobs as columns, in rank order (see ``JobPlacement`` for the fields).
 
     ``nodes`` is flat: job ``i`` starts on the next ``node_count[i]`` names (0: it waits).
@@ -201,18 +200,13 @@ class Placements(Columns[JobPlacement]):
     features: tuple[tuple[FiniteFloat, ...], ...] = Field(
         default=(), max_length=HARD_MAX_ITEMS, description="per job, over feature_columns (or no rows)"
     )
-    _offsets: list[int] | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, rows: Iterable[JobPlacement]) -> Placements:
         """Columns from rows (already validated); the first row's feature names name the columns."""
         rows = tuple(rows)
         names = tuple(rows[0].features) if rows else ()
-        cols: dict[str, Any] = {
-            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
-        }
-        cols["node_count"] = tuple(len(r.nodes) for r in rows)
-        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
+        cols = cls._flat_columns(rows)
         cols["feature_columns"] = names
         cols["features"] = tuple(tuple(r.features[c] for c in names) for r in rows) if names else ()
         return cls(**cols)
@@ -220,34 +214,19 @@ class Placements(Columns[JobPlacement]):
     @model_validator(mode="after")
     def _rows_agree(self) -> Placements:
         n = self._lengths()
-        check_flat("placements", "nodes", "node_count", len(self.nodes), self.node_count)
+        self._check_flat()
         if self.features:
             if len(self.features) != n:
                 raise ValueError(f"placements.features has {len(self.features)} rows, expected {n} or none")
             _check_width("placements.features", self.features, len(self.feature_columns), "feature_columns")
         return self
 
-    def offsets(self) -> list[int]:
-        """Where each job's names start in ``nodes``, plus the end."""
-        if self._offsets is None:
-            self._offsets = offsets_of(self.node_count)
-        return self._offsets
-
     def _row_fields(self, i: int) -> dict[str, Any]:
-        o = self.offsets()
-        features = dict(zip(self.feature_columns, self.features[i], strict=True)) if self.features else {}
-        return {
-            "job_id": self.job_id[i],
-            "rank": self.rank[i],
-            "priority": self.priority[i],
-            "nodes": self.nodes[o[i] : o[i + 1]],
-            "mode": self.mode[i],
-            "features": features,
-            "reserved_s": self.reserved_s[i],
-        }
-
-    def take(self, index: Sequence[int]) -> Placements:
-        return Placements.of(self[i] for i in index)
+        fields = super()._row_fields(i)
+        fields["features"] = (
+            dict(zip(self.feature_columns, self.features[i], strict=True)) if self.features else {}
+        )
+        return fields
 
     def placed(self) -> list[JobPlacement]:
         """The rows of the jobs that start now."""

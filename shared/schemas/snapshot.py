@@ -18,13 +18,13 @@ GPUs as a count plus a per-GPU share in milli-GPUs (1000 = whole GPUs).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Sequence
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from shared.schemas.base import FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
-from shared.schemas.columns import Columns, check_flat, check_job_ids, offsets_of, pick, require_unique
+from shared.schemas.columns import Columns, FlatNodeColumns, check_job_ids, pick, require_unique
 from shared.schemas.limits import check_count, limits_of
 
 WHOLE = 1000
@@ -111,7 +111,6 @@ PENDING_COLUMNS = (
     "partition",
     "qos",
 )
-RUNNING_COLUMNS = ("job_id", "nodes", "gpus", "gpu_milli", "start_s", "est_end_s")
 NODE_COLUMNS = ("name", "group", "free_gpus", "free_share_milli", "free_cpus_milli", "free_mem_mib", "state")
 
 
@@ -179,7 +178,7 @@ class PendingJobs(Columns[PendingJob]):
         return self.job_id
 
 
-class RunningJobs(Columns[RunningJob]):
+class RunningJobs(FlatNodeColumns[RunningJob]):
     """The running jobs as columns: entry ``i`` of every column describes job ``i`` (see ``RunningJob``).
 
     ``nodes`` is flat: job ``i`` runs on the next ``node_count[i]`` names (``node_lists()`` splits
@@ -206,32 +205,14 @@ class RunningJobs(Columns[RunningJob]):
     est_end_s: tuple[FiniteFloat, ...] = Field(
         default=(), max_length=HARD_MAX_ITEMS, description="start + time limit (estimated end)"
     )
-    _offsets: list[int] | None = PrivateAttr(default=None)
-
-    @classmethod
-    def of(cls, rows: Iterable[RunningJob]) -> RunningJobs:
-        """Columns from rows (already validated ``RunningJob`` objects)."""
-        rows = tuple(rows)
-        cols: dict[str, Any] = {
-            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
-        }
-        cols["node_count"] = tuple(len(r.nodes) for r in rows)
-        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
-        return cls(**cols)
 
     @model_validator(mode="after")
     def _rows_agree(self) -> RunningJobs:
         self._lengths()
         check_job_ids("running", self.job_id)
-        check_flat("running", "nodes", "node_count", len(self.nodes), self.node_count)
+        self._check_flat()
         _check_shares("running", self.job_id, self.gpus, self.gpu_milli)
         return self
-
-    def offsets(self) -> list[int]:
-        """Where each job's names start in ``nodes``, plus the end."""
-        if self._offsets is None:
-            self._offsets = offsets_of(self.node_count)
-        return self._offsets
 
     def node_lists(self) -> list[tuple[str, ...]]:
         """Each job's node names."""
@@ -241,20 +222,6 @@ class RunningJobs(Columns[RunningJob]):
     def first_nodes(self) -> tuple[str, ...]:
         """Each job's first node (where its group is read from)."""
         return pick(self.nodes, self.offsets()[:-1])
-
-    def _row_fields(self, i: int) -> dict[str, Any]:
-        o = self.offsets()
-        return {
-            "job_id": self.job_id[i],
-            "nodes": self.nodes[o[i] : o[i + 1]],
-            "gpus": self.gpus[i],
-            "gpu_milli": self.gpu_milli[i],
-            "start_s": self.start_s[i],
-            "est_end_s": self.est_end_s[i],
-        }
-
-    def take(self, index: Sequence[int]) -> RunningJobs:
-        return RunningJobs.of(self[i] for i in index)
 
 
 class NodeStates(Columns[NodeState]):
