@@ -24,7 +24,13 @@ CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]
 CorrelationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 #: job ids as the cluster reports them (Slurm: "1234", "1234_7"); printable, no whitespace
-JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+#: what a job id may not contain (whitespace, control characters); ``shared.schemas.columns`` checks
+#: a whole column of ids against the same class at once
+JOB_ID_FORBIDDEN = r"\s\x00-\x1f\x7f"
+JOB_ID_MAX_LENGTH = 128
+JobId = Annotated[
+    str, StringConstraints(min_length=1, max_length=JOB_ID_MAX_LENGTH, pattern=rf"^[^{JOB_ID_FORBIDDEN}]+$")
+]
 #: node, group, user, partition, GPU type, policy names
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
 FeatureName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]

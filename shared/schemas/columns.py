@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, PrivateAttr
 
-from shared.schemas.base import Strict
+from shared.schemas.base import JOB_ID_FORBIDDEN, Strict
 
 R = TypeVar("R", bound=BaseModel)
 C = TypeVar("C", bound="Columns[Any]")
@@ -76,8 +76,8 @@ def is_identity(index: Sequence[int], n: int) -> bool:
     )
 
 
-#: what a job id or name may not contain (``shared.schemas.base``'s JobId and Name patterns)
-_NOT_IN_JOB_ID = re.compile(r"[\s\x00-\x1f\x7f]")
+#: a character a job id may not contain (``shared.schemas.base.JobId``'s class)
+_NOT_IN_JOB_ID = re.compile(f"[{JOB_ID_FORBIDDEN}]")
 
 
 def check_job_ids(owner: str, ids: Sequence[str]) -> None:

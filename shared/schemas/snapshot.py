@@ -23,7 +23,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from shared.schemas.base import FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
+from shared.schemas.base import JOB_ID_MAX_LENGTH, FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
 from shared.schemas.columns import Columns, FlatNodeColumns, check_job_ids, pick, require_unique
 from shared.schemas.limits import check_count, limits_of
 
@@ -33,7 +33,7 @@ HARD_MAX_ITEMS = 1_000_000
 
 NodeState_ = Literal["up", "drain", "down"]
 #: a job id in a column: its characters are checked once for the whole column (``check_job_ids``)
-ColumnJobId = Annotated[str, Field(min_length=1, max_length=128)]
+ColumnJobId = Annotated[str, Field(min_length=1, max_length=JOB_ID_MAX_LENGTH)]
 GpuCount = Annotated[int, Field(ge=0, le=100_000)]
 GpuMilli = Annotated[int, Field(ge=1, le=WHOLE)]
 NodeNames = Annotated[tuple[Name, ...], Field(min_length=1, max_length=4096)]
