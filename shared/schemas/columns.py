@@ -199,6 +199,11 @@ class FlatNodeColumns(Columns[R]):
             self._offsets = offsets_of(self.node_count)
         return self._offsets
 
+    def node_lists(self) -> list[tuple[str, ...]]:
+        """Each row's node names."""
+        o, nodes = self.offsets(), self.nodes
+        return [nodes[o[i] : o[i + 1]] for i in range(len(self.node_count))]
+
     def _row_fields(self, i: int) -> dict[str, Any]:
         o = self.offsets()
         fields = {c: getattr(self, c)[i] for c in self.COLUMNS if c != "node_count"}

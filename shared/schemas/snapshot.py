@@ -214,11 +214,6 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
         _check_shares("running", self.job_id, self.gpus, self.gpu_milli)
         return self
 
-    def node_lists(self) -> list[tuple[str, ...]]:
-        """Each job's node names."""
-        o, nodes = self.offsets(), self.nodes
-        return [nodes[o[i] : o[i + 1]] for i in range(len(self.job_id))]
-
     def first_nodes(self) -> tuple[str, ...]:
         """Each job's first node (where its group is read from)."""
         return pick(self.nodes, self.offsets()[:-1])

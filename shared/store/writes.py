@@ -107,7 +107,7 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
     await ensure_cluster(conn, decision.cluster)
     total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
     cols = decision.placements
-    offsets = cols.offsets()
+    nodes = cols.node_lists()
     names = cols.feature_columns
     features = cols.features or ((),) * len(cols)
     latencies = dict(decision.latencies_ms)
@@ -120,8 +120,8 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
             "sequence": decision.sequence,
             "rank": rank,
             "priority": priority,
-            "nodes": list(cols.nodes[offsets[i] : offsets[i + 1]]),
-            "placed": offsets[i + 1] > offsets[i],
+            "nodes": list(on),
+            "placed": bool(on),
             "mode": mode,
             "policy": decision.policy,
             "model_version": decision.model_version,
@@ -130,8 +130,8 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
             "latencies_ms": latencies,
             "latency_ms": total,
         }
-        for i, (job_id, rank, priority, mode, values) in enumerate(
-            zip(cols.job_id, cols.rank, cols.priority, cols.mode, features, strict=True)
+        for job_id, rank, priority, on, mode, values in zip(
+            cols.job_id, cols.rank, cols.priority, nodes, cols.mode, features, strict=True
         )
     ]
     return await insert_or_ignore(conn, table_of(Decision), rows, ["correlation_id", "job_id"])
