@@ -27,18 +27,11 @@ from shared.store import (
     upgrade_url,
 )
 from tests.schemas.message_factories import decision, model_version, outcome
+from tests.store.conftest import DIALECTS
 from tests.store.store_helpers import migrated, seed, url_for
 
-DIALECTS = ["sqlite", "postgresql"]
 TABLES = {"clusters", "jobs", "decisions", "outcomes", "model_versions"}
 VIEWS = {"decision_outcomes", "latest_decision_per_job", "model_version_outcomes", "shadow_vs_applied"}
-
-
-@pytest.fixture(params=DIALECTS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return url_for("sqlite", tmp_path, "")
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture(params=DIALECTS)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from shared.config import PROJECT_ROOT
-from tests.store.store_helpers import migrated, seed, url_for
+from tests.store.store_helpers import migrated, seed
 
 QUERIES = re.findall(r"```sql\n(.*?)```", (PROJECT_ROOT / "docs" / "analysts.md").read_text(), re.S)
 
@@ -20,12 +19,8 @@ def test_the_document_has_queries() -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
-async def test_every_documented_query_runs(
-    dialect: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    pg = str(request.getfixturevalue("postgres_url")) if dialect == "postgresql" else ""
-    engine = await migrated(url_for(dialect, tmp_path, pg))
+async def test_every_documented_query_runs(store_url: str) -> None:
+    engine = await migrated(store_url)
     cluster = f"a-{uuid.uuid4().hex[:10]}"
     await seed(engine, cluster)
     values = {"cluster": cluster, "job_id": "j2"}
