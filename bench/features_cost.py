@@ -73,14 +73,9 @@ def busy_cluster(
     for j in rng.integers(0, len(jobs), size=200_000):
         if state.busy_milli >= target or misses > 2_000:
             break
-        groups = bound.class_groups[int(bound.job_class[j])]
         alloc = placer.place(
             state,
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-            groups,
+            *bound.request(int(j)),
             None,
             bound.node_slack,
         )

@@ -108,14 +108,7 @@ def busy_snapshot_source(
     bf, allocs, row, misses, n = BestFit(), {}, 0, 0, len(jobs)
     reserve = min(keep_back, n // 2)  # rows kept back for the pending queues
     while state.busy_milli <= target and misses < max_misses and row < n - reserve:
-        a = bf.place(
-            state,
-            int(jobs.gpus[row]),
-            int(jobs.gpu_milli[row]),
-            int(jobs.cpus_milli[row]),
-            int(jobs.mem_mib[row]),
-            w.class_groups[int(w.job_class[row])],
-        )
+        a = bf.place(state, *w.request(row))
         if a is None:
             misses += 1
         else:

@@ -60,11 +60,7 @@ def _requests(w: BoundWorkload, rows: np.ndarray) -> list[JobRequest]:
         est = float(j.estimate[r])
         out.append(
             JobRequest(
-                int(j.gpus[r]),
-                int(j.gpu_milli[r]),
-                int(j.cpus_milli[r]),
-                int(j.mem_mib[r]),
-                w.class_groups[int(w.job_class[r])],
+                *w.request(r),
                 1.0,
                 est if np.isfinite(est) else float(j.runtime[r]),
             )
@@ -90,14 +86,7 @@ def busy_state(w: BoundWorkload, rng: np.random.Generator) -> tuple[ClusterState
     while st.busy_milli < target and misses < 500:
         r = row % n
         row += 1
-        a = bf.place(
-            st,
-            int(jobs.gpus[r]),
-            int(jobs.gpu_milli[r]),
-            int(jobs.cpus_milli[r]),
-            int(jobs.mem_mib[r]),
-            w.class_groups[int(w.job_class[r])],
-        )
+        a = bf.place(st, *w.request(r))
         if a is None:
             misses += 1
             continue

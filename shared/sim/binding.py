@@ -43,6 +43,18 @@ class BoundWorkload:
     def excluded_count(self) -> int:
         return sum(e.count for e in self.exclusions)
 
+    def request(self, j: int) -> tuple[int, int, int, int, tuple[int, ...]]:
+        """Job ``j``'s placement request as the placers take it: GPUs, milli-GPU share, milli-CPUs,
+        MiB and eligible node groups (for code outside the simulator's hot loop)."""
+        jobs = self.jobs
+        return (
+            int(jobs.gpus[j]),
+            int(jobs.gpu_milli[j]),
+            int(jobs.cpus_milli[j]),
+            int(jobs.mem_mib[j]),
+            self.class_groups[int(self.job_class[j])],
+        )
+
 
 def nodes_needed(gpus: int, gpus_per_node: int) -> int:
     """Fewest nodes of a group that can hold a gang of ``gpus`` whole GPUs."""

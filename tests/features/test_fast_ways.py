@@ -49,16 +49,7 @@ class _Run:
             j = int(self.rng.integers(len(jobs)))
             if j in self.allocs:
                 continue
-            a = self.placer.place(
-                self.state,
-                int(jobs.gpus[j]),
-                int(jobs.gpu_milli[j]),
-                int(jobs.cpus_milli[j]),
-                int(jobs.mem_mib[j]),
-                self.bound.class_groups[int(self.bound.job_class[j])],
-                None,
-                self.bound.node_slack,
-            )
+            a = self.placer.place(self.state, *self.bound.request(j), None, self.bound.node_slack)
             if a is not None:
                 self.state.take(a)
                 self.allocs[j] = a

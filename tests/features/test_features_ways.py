@@ -33,19 +33,9 @@ def start_some(
     the state, the started jobs and their groups (the running jobs of a feature test)."""
     state = ClusterState(bound.spec, set(range(len(bound.spec.node_groups))))
     placer = make_placer("best-fit")
-    jobs = bound.jobs
     running, run_group = [], []
     for j in order:
-        a = placer.place(
-            state,
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-            bound.class_groups[int(bound.job_class[j])],
-            None,
-            slack,
-        )
+        a = placer.place(state, *bound.request(int(j)), None, slack)
         if a is not None:
             state.take(a)
             running.append(int(j))
@@ -203,13 +193,7 @@ def test_can_schedule_now_matches_the_placer(scenario: tuple) -> None:  # type: 
     w = placement_ways(qv, cv)
 
     for k, j in enumerate(queued):
-        groups = bound.class_groups[int(bound.job_class[j])]
-        g, milli, c, mm = (
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-        )
+        g, milli, c, mm, groups = bound.request(int(j))
         placed = placer.place(state, g, milli, c, mm, groups, None, slack)
         assert bool(w.can_now[k]) == (placed is not None), (g, milli, c, mm, groups)
         single = milli < 1000 or (

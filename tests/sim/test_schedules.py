@@ -525,6 +525,10 @@ def test_partitions_restrict_node_groups() -> None:
     res, _, bound = simulate(jobs, spec, oracle_runtimes=True)
     assert bound.class_groups[int(bound.job_class[0])] == (0, 1)
     assert bound.class_groups[int(bound.job_class[1])] == (1,)
+    # the request the placers take: GPUs, share, CPUs and memory (filled from the spec), groups
+    gpus, milli, cpus, mem, groups = bound.request(2)
+    assert (gpus, milli, groups) == (1, 1000, (1,))
+    assert (cpus, mem) == (int(bound.jobs.cpus_milli[2]), int(bound.jobs.mem_mib[2])) and cpus > 0 and mem > 0
     assert starts(res) == {"R": 0.0, "P1": 1.0, "P2": 101.0}
 
     only_research = cluster({"gpus": 4, "partitions": ["research"]})

@@ -69,19 +69,8 @@ def fill_cluster(
     placer = make_placer("best-fit")
     allocs: dict[int, Alloc] = {}
     starts: dict[int, float] = {}
-    jobs = workload.jobs
     for j in running:
-        groups = workload.class_groups[int(workload.job_class[j])]
-        a = placer.place(
-            state,
-            int(jobs.gpus[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpus_milli[j]),
-            int(jobs.mem_mib[j]),
-            groups,
-            None,
-            workload.node_slack,
-        )
+        a = placer.place(state, *workload.request(j), None, workload.node_slack)
         if a is None:
             continue
         state.take(a)
