@@ -19,7 +19,7 @@ fixed cost (0.3-0.5 ms) was most of a decision. Inside the simulator much of it 
   (``_per_kind_all``);
 - ``observe`` computes only the columns the decision's feature selection reads (always
   ``can_schedule_now``, which the sampling rule and the skip of blocked decisions need), the
-  per-job constants in one gather;
+  per-job constants gathered from a precomputed table;
 - the GPUs released by running jobs come from ``released_gpus``, ``compute._released_gpus``'s
   floats with one bin per distinct threshold.
 
@@ -148,8 +148,11 @@ def released_gpus(
         k = np.arange(n_bins).repeat(bounds[1:] - bounds[:-1])
     hist = np.bincount(cluster.run_group * n_bins + k, weights=cluster.run_gpus, minlength=n_groups * n_bins)
     cum = hist.reshape(n_groups, n_bins).cumsum(axis=1)
-    out = np.empty((len(limit), n_groups))
-    out[order] = (cum[:, : len(limit)] if rank is None else cum[:, rank]).T
+    # each threshold's bin, in the thresholds' own order; then one gather of the (small,
+    # transposed) table's rows: the same values, C-contiguous [len(limit), n_groups]
+    at = np.empty(len(limit), dtype=np.int64)
+    at[order] = np.arange(len(limit)) if rank is None else rank
+    out: FloatArray = cum.T.copy().take(at, axis=0)
     return out
 
 
@@ -238,9 +241,10 @@ class WorkloadFeaturizer:
             static[:, col("cpus")], static[:, col("mem")] = np.minimum(share, 1.0)
         size = _ratio(np.log1p(demand * est / unit), np.log1p(pool_cap * horizon / unit))
         static[:, col("job_size")] = np.minimum(size, 1.0)
-        self._static = static
+        self._static_t = np.ascontiguousarray(static.T)  # a feature's values contiguous: cheap gathers
         self._static_col = {name: k for k, name in enumerate(_STATIC)}
-        self._static_sel: dict[tuple[int, ...], tuple[list[int], IntArray] | None] = {}
+        #: per selection: (position in the observation, row of ``_static_t`` or -1, name) of each column
+        self._plans: dict[tuple[int, ...], tuple[tuple[int, int, str], ...]] = {}
         self._demand_share = _ratio(demand, pool_cap)  # demand_supply: each job spread over its pool
         ways_empty = (ways_on_empty(req, empty)[req.inverse] * elig).sum(axis=1)
         self._log_ways_empty = np.log1p(ways_empty)
@@ -346,14 +350,11 @@ class WorkloadFeaturizer:
         fragmentation = self._cluster_value(d, "fragmentation")
         selection = sampler.select_state(SamplingState(fragmentation, multi))
         obs = np.empty((d.q, len(selection.observation)), dtype=np.float32)
-        static = self._static_cols(selection.observation)
-        done: list[int] = []
-        if static is not None:  # the per-job constants in one gather (the same values, cast alike)
-            done, cols = static
-            obs[:, done] = self._static[d.idx[:, None], cols]
-        for k, c in enumerate(selection.observation):
-            if k not in done:
-                obs[:, k] = self._job_column(d, JOB_FEATURES[c])
+        idx = d.idx
+        static_t = self._static_t
+        for k, row, name in self._plan(selection.observation):
+            # a per-job constant is a gather of its precomputed row (the same values, cast alike)
+            obs[:, k] = static_t[row].take(idx) if row >= 0 else self._job_column(d, name)
         critic = np.array(
             [
                 fragmentation if c == _FRAGMENTATION else self._cluster_value(d, CLUSTER_FEATURES[c])
@@ -365,19 +366,16 @@ class WorkloadFeaturizer:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _static_cols(self, observation: tuple[int, ...]) -> tuple[list[int], IntArray] | None:
-        """(positions in the observation, columns of ``_static``) of a selection's static features,
-        gathered in one indexing; None if it has none."""
-        if observation not in self._static_sel:
-            pairs = [
-                (k, self._static_col[JOB_FEATURES[c]])
+    def _plan(self, observation: tuple[int, ...]) -> tuple[tuple[int, int, str], ...]:
+        """Per column of a selection's observation: its position, its row of ``_static_t`` (-1
+        for a feature computed per decision) and its name."""
+        plan = self._plans.get(observation)
+        if plan is None:
+            plan = self._plans[observation] = tuple(
+                (k, self._static_col.get(JOB_FEATURES[c], -1), JOB_FEATURES[c])
                 for k, c in enumerate(observation)
-                if JOB_FEATURES[c] in self._static_col
-            ]
-            self._static_sel[observation] = (
-                ([k for k, _ in pairs], np.array([c for _, c in pairs], dtype=np.int64)) if pairs else None
             )
-        return self._static_sel[observation]
+        return plan
 
     def _decision(
         self, queued: npt.ArrayLike, now: float, cluster: ClusterView, version: object
@@ -388,12 +386,12 @@ class WorkloadFeaturizer:
         d.idx = idx = np.asarray(queued, dtype=np.int64)
         d.now, d.q, d.cluster = float(now), len(idx), cluster
         if self._all_kinds:
-            per_job = self._per_kind_all(cluster, version)[self._job_kind[idx]]
+            per_job = self._per_kind_all(cluster, version).take(self._job_kind[idx], axis=0)
         else:
             kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
             uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
             per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]
-            per_job = _per_kind(per_req[req_inv], self._kind_elig[kinds], cluster)[kind_inv]
+            per_job = _per_kind(per_req[req_inv], self._kind_elig[kinds], cluster).take(kind_inv, axis=0)
         d.ways = per_job[:, 0]
         d.stranded = per_job[:, 1]
         d.can_now = per_job[:, 2] > 0
@@ -461,7 +459,7 @@ class WorkloadFeaturizer:
 
     def _eligs(self, d: _Decision) -> FloatArray:
         if d.elig is None:
-            d.elig = self._elig[d.idx]
+            d.elig = self._elig.take(d.idx, axis=0)
         return d.elig
 
     def _waits(self, d: _Decision) -> FloatArray:
@@ -490,7 +488,7 @@ class WorkloadFeaturizer:
         """One per-job feature, with compute_features's expression (docs/features.md)."""
         k = self._static_col.get(name)
         if k is not None:
-            static: FloatArray = self._static[d.idx, k]
+            static: FloatArray = self._static_t[k].take(d.idx)
             return static
         cfg = self.config
         if name == "wait":
@@ -537,19 +535,20 @@ class WorkloadFeaturizer:
         """One cluster-level feature, with compute_features's expression."""
         c = d.cluster
         total_cap = self._total_cap
+        # the per-group counts are integers: summed exactly by Python as by numpy, with less overhead
         if name == "free_gpus":
-            return float(np.add.reduce(c.free_by_group)) / total_cap if total_cap > 0 else 0.0
+            return float(sum(c.free_by_group.tolist())) / total_cap if total_cap > 0 else 0.0
         if name == "fragmentation":
-            total_free = float(np.add.reduce(c.free_by_group))
-            partial_free = float(np.add.reduce(c.partial_free_by_group))
+            total_free = float(sum(c.free_by_group.tolist()))
+            partial_free = float(sum(c.partial_free_by_group.tolist()))
             return partial_free / total_free if total_free > 0 else 0.0
         if name == "queue_demand":
             total_demand = float(np.add.reduce(self._demands(d)))  # what ndarray.sum calls
             return total_demand / (total_demand + total_cap) if total_cap > 0 else 0.0
         if name == "queue_length":
             return float(min(np.log1p(d.q) / np.log1p(self.config.queue_ref), 1.0))
-        if name == "mean_urgency":
-            return float(self._urgencies(d).mean()) if d.q else 0.0
+        if name == "mean_urgency":  # ndarray.mean: the same pairwise sum, divided by the count
+            return float(np.add.reduce(self._urgencies(d))) / d.q if d.q else 0.0
         if name == "runnable":  # the mean of a boolean array: count / q, as np.mean rounds it
             return np.count_nonzero(d.can_now) / d.q if d.q else 0.0
         if name == "future_availability":

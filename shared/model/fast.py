@@ -69,18 +69,43 @@ class FastActor:
         return out
 
 
+def _steps(n: int, top_k: int) -> tuple[IntArray, IntArray]:
+    """(n, n - 1, ..., n - top_k + 1) and (n - top_k - i for each slot i), kept per (n, top_k):
+    the integers every ranking of a queue of n jobs writes."""
+    key = (n, top_k)
+    steps = _STEPS.get(key)
+    if steps is None:
+        if len(_STEPS) >= 4096:
+            _STEPS.clear()
+        top = np.arange(n, n - top_k, -1, dtype=np.int64)
+        rest = (n - top_k) - np.arange(n, dtype=np.int64)
+        top.flags.writeable = rest.flags.writeable = False
+        steps = _STEPS[key] = (top, rest)
+    return steps
+
+
+_STEPS: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}
+
+
 def order_priorities(order: npt.ArrayLike, n: int) -> IntArray:
     """``order_to_priorities`` for one queue of ``n`` jobs: the k-th pick gets n - k, the jobs not
-    picked follow in slot order."""
+    picked follow in slot order.
+
+    A job not picked at slot i is the (i - c)-th of them, c being the picks at slots before it:
+    its priority is n - k - i + c, with c a cumulative count of the picks (fewer numpy calls than
+    listing the unpicked slots)."""
     picks = np.asarray(order, dtype=np.int64)
-    prio = np.empty(n, dtype=np.int64)
-    if len(picks) == n:  # every job picked (a queue no longer than top_k): the order is all
-        prio[picks] = np.arange(n, 0, -1, dtype=np.int64)
+    k = len(picks)
+    top, rest = _steps(n, k)
+    if k == n:  # every job picked (a queue no longer than top_k): the order is all
+        prio = np.empty(n, dtype=np.int64)
+        prio[picks] = top
         return prio
-    picked = np.zeros(n, dtype=bool)
-    picked[picks] = True
-    full = np.concatenate((picks, np.flatnonzero(~picked)))
-    prio[full] = np.arange(n, 0, -1, dtype=np.int64)
+    prio = np.zeros(n, dtype=np.int64)
+    prio[picks] = 1
+    np.cumsum(prio, out=prio)
+    prio += rest
+    prio[picks] = top
     return prio
 
 
@@ -90,9 +115,7 @@ def greedy_priorities(scores: npt.ArrayLike, top_k: int | None) -> IntArray:
     s = np.asarray(scores)
     order = np.argsort(-s, kind="stable")
     if top_k is None or top_k >= len(s):
-        prio = np.empty(len(s), dtype=np.int64)
-        prio[order] = np.arange(len(s), 0, -1, dtype=np.int64)
-        return prio
+        return order_priorities(order, len(s))
     return order_priorities(order[:top_k], len(s))
 
 
