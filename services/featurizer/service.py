@@ -3,12 +3,11 @@
 Snapshots are consumed latest-wins: when a burst queues several snapshots of one cluster, only the
 newest is featurized (the older ones are acked unhandled), so decision latency stays bounded. A
 snapshot that is well-formed but unusable (unknown cluster, nodes that contradict the spec) is
-dead-lettered with the reason. Featurizing runs in a worker thread so ``/healthz`` stays responsive.
+dead-lettered with the reason. Featurizing a large snapshot runs in a worker thread so ``/healthz``
+stays responsive; one of ordinary size runs on the event loop (``shared.service.offload``).
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from services.featurizer.stage import FeaturizerStage
 from shared.bus.consumer import Delivery
@@ -17,6 +16,7 @@ from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
+from shared.service.offload import run_stage, snapshot_rows
 
 
 async def build(ctx: ServiceContext) -> Wiring:
@@ -24,7 +24,8 @@ async def build(ctx: ServiceContext) -> Wiring:
 
     async def on_snapshot(snapshot: QueueSnapshot, delivery: Delivery) -> FeatureMatrix:
         wait = queue_wait_ms(delivery)
-        matrix = await asyncio.to_thread(stage.handle, snapshot, delivery.stream_seq or None)
+        seq = delivery.stream_seq or None
+        matrix = await run_stage(snapshot_rows(snapshot), stage.handle, snapshot, seq)
         return with_wait(matrix, "featurize", wait)
 
     route = Route(

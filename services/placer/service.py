@@ -1,9 +1,10 @@
 """The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
 jobs, outcomes, model versions and shadow models' priorities (``recorder-shadows``).
 
-Order of effects for one vector: find its snapshot (``shared.bus.snapshots``: every snapshot reaches
-every placer replica as it is published and the newest is decoded while the featurizer and the
-prioritizer work; one not in memory is read from the snapshots stream), decide, publish the
+Order of effects for one vector: decode it (its matrix was decoded ahead, as the featurizer
+published it: ``shared.bus.ahead``), find its snapshot (``shared.bus.snapshots``: every snapshot
+reaches every placer replica as it is published and the newest is decoded while the featurizer and
+the prioritizer work; one not in memory is read from the snapshots stream), decide, publish the
 decision, store the jobs seen for the first time, ack. A vector whose snapshot is gone (superseded in the
 snapshots stream, which keeps the newest per cluster) is stale: it is acked without a decision and
 counted, as latest-wins skips stale snapshots. Storing the decision itself (one row per ranked job:
@@ -21,7 +22,6 @@ decision never holds the GIL of the process that is placing the next one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -31,9 +31,11 @@ from prometheus_client import Counter
 
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import PlacerStage
+from shared.bus.ahead import DecodeAhead
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
 from shared.schemas.messages import (
+    FeatureMatrix,
     JobOutcome,
     ModelVersion,
     PlacementDecision,
@@ -43,6 +45,7 @@ from shared.schemas.messages import (
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
+from shared.service.offload import run_stage, snapshot_rows
 from shared.store.writes import (
     record_decision,
     record_model_version,
@@ -106,9 +109,8 @@ async def build(ctx: ServiceContext) -> Wiring:
             )
             return
         prepared = snapshots.take_prepared(vector.cluster, vector.correlation_id)
-        decision = with_wait(
-            await asyncio.to_thread(stage.handle, vector, snapshot, None, prepared), "place", wait
-        )
+        decided = await run_stage(snapshot_rows(snapshot), stage.handle, vector, snapshot, None, prepared)
+        decision = with_wait(decided, "place", wait)
         # finding the snapshot (memory, decoding, or the stream) is part of the placer's time
         latencies = {**decision.latencies_ms, "place_snapshot": round(lookup_ms, 3)}
         decision = decision.model_copy(update={"latencies_ms": latencies})
@@ -156,9 +158,18 @@ async def build(ctx: ServiceContext) -> Wiring:
     ]
     role = settings.placer_role
     routes = (decide if role != "record" else []) + (record if role != "decide" else [])
+    # every matrix is decoded as the featurizer publishes it, while the prioritizer works: its
+    # vector, which nests it unchanged, then decodes without it (``shared.bus.ahead``)
+    matrices = DecodeAhead(ctx.nc, ctx.subjects, "features", FeatureMatrix, ctx.publisher.limits)
     if role != "record":
         await snapshots.start()
-    return Wiring(routes=routes, on_stop=snapshots.close)
+        await matrices.start()
+
+    async def on_stop() -> None:
+        await matrices.close()
+        await snapshots.close()
+
+    return Wiring(routes=routes, on_stop=on_stop)
 
 
 DEFINITION = ServiceDefinition(

@@ -126,16 +126,15 @@ async def build(ctx: ServiceContext) -> Wiring:
         stage.prepare(snapshot)
         shadow_stage.prepare(snapshot)
 
-    # a long queue's model window needs its snapshot: every snapshot is received as it is published
-    # and, while a model is loaded, the newest is decoded and its window prepared while the
-    # featurizer works
+    def scoring() -> bool:
+        return holder.loaded is not None or shadow.loaded is not None
+
+    # a long queue's model window needs its snapshot: while a model is loaded, every snapshot is
+    # received as it is published and the newest is decoded and its window prepared while the
+    # featurizer works; without a model none is received (the base policy needs none, and each
+    # 0.5 MB copy would compete for the cores with the featurizer and the placer)
     snapshots = SnapshotCache(
-        ctx.nc,
-        ctx.js,
-        ctx.subjects,
-        ctx.publisher.limits,
-        decode_ahead=lambda: holder.loaded is not None or shadow.loaded is not None,
-        prepare=prepare,
+        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, decode_ahead=scoring, prepare=prepare
     )
 
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
@@ -144,7 +143,7 @@ async def build(ctx: ServiceContext) -> Wiring:
     stage = make_stage(holder, settings.deadline_ms)
     # its own model thread (never queues behind the real model), one matrix at a time
     shadow_stage = make_stage(shadow, settings.shadow_deadline_ms)
-    await snapshots.start()
+    await snapshots.receive(scoring())
     shadow_turn = asyncio.Lock()
     fallbacks = ctx.metrics.fallbacks
     shadow_counts = Counter(
@@ -223,6 +222,7 @@ async def build(ctx: ServiceContext) -> Wiring:
                 log.error("shadow model %s not loaded (no shadow now): %s", version.version, err)
         elif is_shadow:  # a candidate taken out of shadow mode
             shadow.clear()
+        await snapshots.receive(scoring())  # snapshots are received only while a model may need them
 
     async def on_stop() -> None:
         if shadow_tasks:  # a deadline's worth of time to publish what is in flight, then give up

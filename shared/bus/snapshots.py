@@ -112,6 +112,22 @@ class SnapshotCache:
         if self._sub is None:
             self._sub = await self.nc.subscribe(self.subjects.all_clusters("snapshots"), cb=self._on_msg)
 
+    async def receive(self, on: bool) -> None:
+        """Receive snapshots as they are published (``on``) or stop (and forget those kept).
+
+        Why: every snapshot is 0.5-1 MB on a big cluster, and each subscriber costs the server a copy
+        and its own process the reading, on the cores the pipeline shares. A cache that decodes
+        nothing ahead (the prioritizer without a model) only needs the rare snapshot on demand, which
+        ``get`` reads from the stream.
+        """
+        if on:
+            await self.start()
+            return
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+        self._clusters.clear()
+
     async def close(self) -> None:
         if self._sub is not None:
             await self._sub.unsubscribe()

@@ -7,9 +7,11 @@ every rejection must carry a one-line reason plus per-field errors for the dead-
 
 from __future__ import annotations
 
-from typing import TypeVar
+import threading
+from collections import OrderedDict
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
 from shared.schemas.deadletter import FieldError
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
@@ -26,9 +28,101 @@ class MessageError(ValueError):
         self.errors = errors
 
 
+class ReceivedJson:
+    """The JSON that recently decoded messages were decoded from, so that a message nested in another
+    one is neither encoded again nor decoded twice.
+
+    Why: the prioritizer's PriorityVector carries the FeatureMatrix it received, unchanged (the matrix
+    is nine tenths of the vector). Encoding those 1,024 jobs and 18,000 feature values again cost the
+    prioritizer about 1 ms per vector, and decoding them again cost the placer 2 ms, both on the
+    path from snapshot to decision. A model class opts in with ``KEEP_RECEIVED_JSON = True``;
+    ``decode`` then remembers the bytes of its last few instances (``keep`` of them, fewer when their
+    bytes pass ``max_bytes``), by object identity, with the limits they were validated under. A
+    message that nests one (``NESTED_RECEIVED`` names the fields) is encoded with the nested
+    message's bytes spliced in as its last field, and decoded without re-reading them when they end
+    the payload exactly as remembered (the placer decodes each matrix as it is published, while the
+    prioritizer works: ``shared.bus.ahead``).
+
+    Messages are frozen, so an instance always still matches its bytes, and a copy (``model_copy``)
+    is a new object, encoded as usual. The bytes are what the sender's ``encode`` produced for the
+    same values, so the receiver of the outer message decodes exactly what a fresh encoding holds.
+    """
+
+    def __init__(self, keep: int = 8, max_bytes: int = 32 << 20) -> None:
+        self.keep = keep
+        #: the newest message is always kept; older ones while their bytes stay under this
+        self.max_bytes = max_bytes
+        self._by_id: OrderedDict[int, tuple[BaseModel, bytes, Limits]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def remember(self, message: BaseModel, data: bytes, limits: Limits = DEFAULT_LIMITS) -> None:
+        with self._lock:
+            old = self._by_id.pop(id(message), None)
+            self._bytes -= len(old[1]) if old is not None else 0
+            self._by_id[id(message)] = (message, data, limits)
+            self._bytes += len(data)
+            while len(self._by_id) > 1 and (len(self._by_id) > self.keep or self._bytes > self.max_bytes):
+                _, (_, dropped, _) = self._by_id.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    def of(self, message: BaseModel) -> bytes | None:
+        """The bytes ``message`` itself was decoded from, if it is one of the remembered objects."""
+        with self._lock:
+            found = self._by_id.get(id(message))
+        return found[1] if found is not None and found[0] is message else None
+
+    def ending(self, data: bytes, name: str, limits: Limits) -> tuple[BaseModel, int] | None:
+        """A remembered message (validated under ``limits``) whose bytes end ``data`` as its field
+        ``name`` (``...,"name":<bytes>}``), and where that field starts; None if there is none."""
+        key = b',"' + name.encode() + b'":'
+        with self._lock:
+            entries = list(self._by_id.values())
+        end = len(data) - 1
+        if end < 1 or data[end] != ord("}"):
+            return None
+        for message, raw, kept_under in reversed(entries):  # newest first
+            start = end - len(raw) - len(key)
+            if (
+                start > 0
+                and kept_under == limits
+                and data.startswith(key, start)
+                and data.endswith(raw, 0, end)
+            ):
+                return message, start
+        return None
+
+
+RECEIVED = ReceivedJson()
+
+
+def _keeps_json(model: type[BaseModel]) -> bool:
+    return bool(getattr(model, "KEEP_RECEIVED_JSON", False))
+
+
+def _with_received(message: BaseModel) -> bytes | None:
+    """``message``'s JSON with its nested fields that were received as JSON spliced in unchanged
+    (``NESTED_RECEIVED``); None when none of them was."""
+    names: tuple[str, ...] = getattr(message, "NESTED_RECEIVED", ())
+    raw = {name: data for name in names if (data := RECEIVED.of(getattr(message, name))) is not None}
+    if not raw:
+        return None
+    head = message.__pydantic_serializer__.to_json(message, exclude=set(raw))
+    parts = [head[:-1]]
+    sep = b"," if len(head) > 2 else b""
+    for name, data in raw.items():
+        parts.append(sep + b'"' + name.encode() + b'":' + data)
+        sep = b","
+    parts.append(b"}")
+    return b"".join(parts)
+
+
 def encode(message: BaseModel, limits: Limits = DEFAULT_LIMITS) -> bytes:
-    """Compact JSON bytes; raises MessageError if the result exceeds ``limits.max_message_bytes``."""
-    data = message.__pydantic_serializer__.to_json(message)
+    """Compact JSON bytes; raises MessageError if the result exceeds ``limits.max_message_bytes``.
+
+    A nested message that was itself received as JSON (``ReceivedJson``) is spliced in as received.
+    """
+    data = _with_received(message) or message.__pydantic_serializer__.to_json(message)
     if len(data) > limits.max_message_bytes:
         raise MessageError(
             f"{type(message).__name__} encodes to {len(data)} bytes, more than the limit of "
@@ -53,7 +147,48 @@ def decode(model: type[M], data: bytes | str, limits: Limits = DEFAULT_LIMITS) -
             f"message of {size} bytes exceeds the limit of {limits.max_message_bytes} bytes "
             f"for {model.__name__}"
         )
+    if isinstance(data, bytes) and (known := _decode_with_received(model, data, limits)) is not None:
+        return known
     try:
-        return model.model_validate_json(data, context=limits.context())
+        message = model.model_validate_json(data, context=limits.context())
     except ValidationError as err:
         raise describe(model, err) from None
+    if _keeps_json(model):
+        RECEIVED.remember(message, data.encode("utf-8") if isinstance(data, str) else bytes(data), limits)
+    return message
+
+
+_HEADS: dict[tuple[type[BaseModel], str], type[BaseModel]] = {}
+
+
+def _head_model(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """``model`` without its field ``name`` (same types and constraints), to validate the rest of a
+    payload whose field ``name`` is a remembered message; built once per (model, field)."""
+    head = _HEADS.get((model, name))
+    if head is None:
+        fields: dict[str, Any] = {
+            f: (info.annotation, info) for f, info in model.model_fields.items() if f != name
+        }
+        head = create_model(f"{model.__name__}Head", __config__=model.model_config, **fields)
+        _HEADS[(model, name)] = head
+    return head
+
+
+def _decode_with_received(model: type[M], data: bytes, limits: Limits) -> M | None:
+    """``data`` decoded as ``model`` reusing a remembered message that ends it (``ReceivedJson``), or
+    None: the caller then decodes the whole payload, which also reports any error."""
+    for name in getattr(model, "NESTED_RECEIVED", ()):
+        found = RECEIVED.ending(data, name, limits)
+        if found is None:
+            continue
+        nested, start = found
+        context = limits.context()
+        try:
+            head = _head_model(model, name).model_validate_json(data[:start] + b"}", context=context)
+            fields = {f: getattr(head, f) for f in head.model_fields_set}
+            # every validator of the whole model runs here (the nested message is not re-validated:
+            # it was, under the same limits, when it was decoded)
+            return model.model_validate({**fields, name: nested}, context=context)
+        except ValidationError:
+            return None
+    return None

@@ -81,13 +81,19 @@ _NOT_IN_JOB_ID = re.compile(f"[{JOB_ID_FORBIDDEN}]")
 
 
 def check_job_ids(owner: str, ids: Sequence[str]) -> None:
-    """Every id must be a ``JobId`` (printable, no whitespace): one regex search over all of them.
+    """Every id must be a ``JobId`` (printable, no whitespace): checked once over the joined ids.
 
     Why not the ``JobId`` type per entry: a regex match per id cost about 1 ms for the 6,000 running
-    jobs of a big snapshot at every hop; one search over the joined ids costs a few microseconds.
-    Lengths are checked per entry by the column's type (1-128 characters).
+    jobs of a big snapshot at every hop. One regex search over the joined ids still cost 0.9 ms
+    (110 kB of ids: the regex tests every character against Unicode's whitespace class), so the
+    common case is decided by ``str.isprintable`` (C speed, 0.2 ms): a string with no character
+    outside Unicode's printable classes other than the ASCII space contains neither whitespace nor a
+    control character. Only a column that fails it (a space, or a printable-class outlier such as a
+    format character, which ``JobId`` allows) gets the exact regex. Lengths are checked per entry by
+    the column's type (1-128 characters).
     """
-    if _NOT_IN_JOB_ID.search("".join(ids)) is None:
+    joined = "".join(ids)
+    if (joined.isprintable() and " " not in joined) or _NOT_IN_JOB_ID.search(joined) is None:
         return
     i = next(i for i, v in enumerate(ids) if _NOT_IN_JOB_ID.search(v))
     raise ValueError(f"{owner}.job_id entry {i} ({ids[i]!r}) contains whitespace or a control character")

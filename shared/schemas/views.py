@@ -22,8 +22,9 @@ distinct request (binding's rules are per request, not per job).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ import numpy.typing as npt
 from shared.domain.cluster import ClusterSpec
 from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
+from shared.schemas.columns import pick
 from shared.schemas.messages import ExcludedJob
 from shared.schemas.snapshot import WHOLE, NodeState, NodeStates, PendingJob, PendingJobs, QueueSnapshot
 from shared.sim.binding import fits_empty_group
@@ -45,6 +47,8 @@ __all__ = [
     "node_layout",
     "snapshot_views",
 ]
+
+H = TypeVar("H", bound=Hashable)
 
 #: the FeatureMatrix's job columns: the 17 job features in catalog order, then ``ways``, the raw
 #: count of nodes that could take part in a placement of the job now. ``ways`` is not a model
@@ -262,6 +266,28 @@ def _fits_empty(
     return out
 
 
+def _fits_distinct(
+    spec: ClusterSpec, gpus: IntArray, milli: IntArray, cpus: IntArray, mem: IntArray, node_slack: int
+) -> npt.NDArray[np.bool_]:
+    """``_fits_empty`` computed once per distinct request (GPUs, share, CPUs, memory), gathered per job.
+
+    Why: a queue repeats a few shapes (1,024 openb pods ask for about a hundred distinct requests),
+    and the vectorized test over every (job, group) pair was 0.65 ms of each featurized snapshot.
+    """
+    n = len(gpus)
+    if n < 64:
+        return _fits_empty(spec, gpus, milli, cpus, mem, node_slack)
+    order = np.lexsort((mem, cpus, milli, gpus))
+    g, m, c, r = gpus[order], milli[order], cpus[order], mem[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (m[1:] != m[:-1]) | (c[1:] != c[:-1]) | (r[1:] != r[:-1])
+    first = order[new]
+    distinct = np.empty(n, dtype=np.int64)
+    distinct[order] = np.cumsum(new) - 1
+    fits = _fits_empty(spec, gpus[first], milli[first], cpus[first], mem[first], node_slack)
+    return fits[distinct]
+
+
 def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> PendingBinding:
     """Fill default requests and find each job's eligible node groups (``shared.sim.binding``'s rules).
 
@@ -290,10 +316,10 @@ def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> P
     mem = np.where(mem_in < 0, mem_default, mem_in)
 
     # allowed GPU types and partitions: one row per distinct value, gathered per job
-    type_rows: dict[tuple[str, ...], int] = {}
-    part_rows: dict[str, int] = {}
-    type_of = np.fromiter((type_rows.setdefault(t, len(type_rows)) for t in jobs.gpu_types), np.int64, n)
-    part_of = np.fromiter((part_rows.setdefault(p, len(part_rows)) for p in jobs.partition), np.int64, n)
+    type_rows = _first_seen(jobs.gpu_types)
+    part_rows = _first_seen(jobs.partition)
+    type_of = np.fromiter(map(type_rows.__getitem__, jobs.gpu_types), np.int64, n)
+    part_of = np.fromiter(map(part_rows.__getitem__, jobs.partition), np.int64, n)
     type_ok = np.array([[not t or g.gpu_type in t for g in groups] for t in type_rows], dtype=bool).reshape(
         len(type_rows), n_groups
     )
@@ -301,7 +327,7 @@ def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> P
         [[not g.partitions or p in g.partitions for g in groups] for p in part_rows], dtype=bool
     ).reshape(len(part_rows), n_groups)
     typed = type_ok[type_of] | cpu_only[:, None]  # a CPU-only job may use any group's CPUs
-    eligible = typed & part_ok[part_of] & _fits_empty(spec, gpus, milli, cpus, mem, node_slack)
+    eligible = typed & part_ok[part_of] & _fits_distinct(spec, gpus, milli, cpus, mem, node_slack)
     if spec.cpu_only_jobs == "exclude":
         eligible &= ~cpu_only[:, None]
     ok = eligible.any(axis=1)
@@ -334,11 +360,19 @@ def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> P
     )
 
 
-def _codes(names: list[str], seed: list[str]) -> tuple[list[int], tuple[str, ...]]:
-    table = {n: i for i, n in enumerate(seed)}
-    for n in names:
-        table.setdefault(n, len(table))
-    return [table[n] for n in names], tuple(table)
+def _first_seen(values: Iterable[H]) -> dict[H, int]:
+    """Each distinct value -> its index in order of first appearance.
+
+    Built from ``dict.fromkeys`` and looked up with ``map`` (C speed): a per-job ``setdefault``
+    loop cost about 0.2 ms per column of a 1,024-job queue, at every featurized snapshot.
+    """
+    return {v: i for i, v in enumerate(dict.fromkeys(values))}
+
+
+def _codes(names: Sequence[str], seed: Sequence[str]) -> tuple[list[int], tuple[str, ...]]:
+    """Codes of ``names``: the (distinct) ``seed`` names first, then new names as they first appear."""
+    table = _first_seen((*seed, *names))
+    return list(map(table.__getitem__, names)), tuple(table)
 
 
 def snapshot_views(
@@ -366,8 +400,8 @@ def snapshot_views(
 
     eligible = bound.eligible
     spec_vcs = sorted({p for g in spec.node_groups for p in g.partitions} | set(spec.partitions))
-    vc, vc_names = _codes(list(kept.partition), spec_vcs)
-    user, user_names = _codes(list(kept.user), [])
+    vc, vc_names = _codes(kept.partition, spec_vcs)
+    user, user_names = _codes(kept.user, ())
     queue = QueueView(
         gpus=np.array(kept.gpus, dtype=np.int64).reshape(len(rows)),
         gpu_milli=np.array(kept.gpu_milli, dtype=np.int64).reshape(len(rows)),
@@ -409,7 +443,7 @@ def snapshot_views(
         cluster=cluster,
         now=snapshot.time,
         job_ids=kept.job_id,
-        rows=tuple(base[i] for i in rows),
+        rows=tuple(rows) if only is None else pick(base, rows),
         excluded=bound.excluded,
         vc_names=vc_names,
         user_names=user_names,

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
+from shared.bus.ahead import DecodeAhead
 from shared.bus.snapshots import SnapshotCache
-from shared.schemas import encode
+from shared.schemas import FeatureMatrix, PriorityVector, QueueSnapshot, decode, encode
+from shared.schemas.codec import RECEIVED
 from tests.bus.bus_helpers import wait_until
 from tests.conftest_services import Bus
-from tests.schemas.message_factories import snapshot
+from tests.schemas.message_factories import features, priorities, snapshot
 
 pytestmark = pytest.mark.asyncio
 
@@ -81,3 +83,47 @@ async def test_decoding_ahead_can_be_switched_off_and_on(bus: Bus) -> None:
         await wait_until(lambda: cache.stats.decoded_ahead == 1)
     finally:
         await cache.close()
+
+
+async def test_receiving_can_be_stopped_and_resumed(bus: Bus) -> None:
+    """The prioritizer receives snapshots only while a model may need them; the stream still serves."""
+    cache = SnapshotCache(bus.nc, bus.js, bus.subjects, bus.limits)
+    await cache.receive(True)
+    try:
+        await bus.publisher.publish(snapshot(cluster="c1", correlation_id="a", sequence=1))
+        await wait_until(lambda: cache.stats.received == 1)
+        await cache.receive(False)  # forgets what it held
+        late = snapshot(cluster="c1", correlation_id="b", sequence=2)
+        ack = await bus.publisher.publish(late)
+        await asyncio.sleep(0.1)
+        assert cache.stats.received == 1
+        assert await cache.get("c1", "a", None) is None
+        assert await cache.get("c1", "b", ack.seq) == late and cache.stats.fetched == 1
+        await cache.receive(True)
+        await cache.receive(True)  # idempotent: one subscription
+        await bus.publisher.publish(snapshot(cluster="c1", correlation_id="c", sequence=3))
+        await wait_until(lambda: cache.stats.received == 2)
+        await asyncio.sleep(0.1)
+        assert cache.stats.received == 2
+    finally:
+        await cache.close()
+
+
+async def test_matrices_decoded_as_published_spare_the_vector_decoding_them(bus: Bus) -> None:
+    ahead = DecodeAhead(bus.nc, bus.subjects, "features", FeatureMatrix, bus.limits)
+    await ahead.start()
+    try:
+        sent = features(snapshot(cluster="c1", correlation_id="m1"))
+        await bus.publisher.publish(sent)
+        await wait_until(lambda: ahead.stats.decoded == 1)
+        raw = encode(sent, bus.limits)
+        vector = priorities(sent)
+        head = vector.__pydantic_serializer__.to_json(vector, exclude={"matrix"})
+        got = decode(PriorityVector, head[:-1] + b',"matrix":' + raw + b"}", bus.limits)
+        assert got == vector and RECEIVED.of(got.matrix) == raw  # the object decoded ahead
+        await bus.nc.publish(bus.subjects.of("c1", "features"), b"{not json")
+        await wait_until(lambda: ahead.stats.invalid == 1)
+        with pytest.raises(ValueError, match="does not keep its received JSON"):
+            DecodeAhead(bus.nc, bus.subjects, "snapshots", QueueSnapshot, bus.limits)
+    finally:
+        await ahead.close()

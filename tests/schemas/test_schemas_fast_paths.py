@@ -1,0 +1,163 @@
+"""The decoding and encoding fast paths decide exactly as the slow checks they stand in for.
+
+Each fast path (column-wide job id check, share check, row widths, the vector's matrix re-sent as
+received, eligibility per distinct request) is compared with the plain rule on inputs that pass
+and inputs that fail, and a failure still names the row at fault.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shared.schemas import (
+    DEFAULT_LIMITS,
+    FeatureMatrix,
+    Limits,
+    MessageError,
+    PriorityVector,
+    QueueSnapshot,
+    decode,
+    encode,
+)
+from shared.schemas.codec import RECEIVED, ReceivedJson
+from shared.schemas.views import _fits_distinct, _fits_empty
+from shared.service.clusters import load_specs
+from tests.schemas.message_factories import features, priorities, snapshot, tiny_spec
+
+
+def snapshot_doc() -> dict[str, object]:
+    doc: dict[str, object] = json.loads(encode(snapshot()))
+    return doc
+
+
+def reason(doc: object, model: type = QueueSnapshot) -> str:
+    with pytest.raises(MessageError) as info:
+        decode(model, json.dumps(doc).encode())
+    return info.value.reason
+
+
+@pytest.mark.parametrize("bad", ["a b", "a\tb", "a\x00", "a\x7f", "a\u2003b", "a\u2028b", "a\x85b"])
+def test_job_ids_with_whitespace_or_control_characters_are_refused(bad: str) -> None:
+    for where in ("pending", "running"):
+        doc = snapshot_doc()
+        doc[where]["job_id"][0] = bad  # type: ignore[index]
+        assert f"{where}.job_id entry 0 ({bad!r}) contains whitespace or a control character" in reason(doc)
+
+
+@pytest.mark.parametrize("good", ["job-é", "a\u200bb", "日本-1", "x\xadz"])
+def test_job_ids_the_printable_shortcut_rejects_but_the_rule_allows_are_accepted(good: str) -> None:
+    """Format characters and non-ASCII letters are valid job ids: the exact rule decides them."""
+    doc = snapshot_doc()
+    doc["pending"]["job_id"][0] = good  # type: ignore[index]
+    assert decode(QueueSnapshot, json.dumps(doc).encode()).pending.job_id[0] == good
+
+
+def test_a_share_on_several_gpus_is_refused_naming_the_row() -> None:
+    doc = snapshot_doc()
+    running = doc["running"]
+    assert isinstance(running, dict)
+    running["gpu_milli"][0], running["gpus"][0] = 500, 1  # a valid share
+    decode(QueueSnapshot, json.dumps(doc).encode())
+    running["gpus"][0] = 2
+    assert "running job 'r0' (entry 0): gpu_milli 500 < 1000" in reason(doc)
+    doc = snapshot_doc()
+    pending = doc["pending"]
+    assert isinstance(pending, dict)
+    pending["gpu_milli"][2], pending["gpus"][2] = 250, 3
+    assert "pending job 'j2' (entry 2): gpu_milli 250 < 1000 (a GPU share) requires gpus == 1" in reason(doc)
+    pending["gpus"][2] = 0  # a share of no GPU is refused as well
+    assert "requires gpus == 1, got gpus 0" in reason(doc)
+
+
+def test_a_matrix_row_of_the_wrong_width_is_named() -> None:
+    doc = json.loads(encode(features()))
+    doc["values"][2] = [0.1]
+    assert "values row 2 has 1 entries, expected 2 (columns)" in reason(doc, FeatureMatrix)
+
+
+def test_a_vector_re_sends_its_received_matrix_byte_for_byte() -> None:
+    sent = features()
+    raw = encode(sent)
+    received = decode(FeatureMatrix, raw)
+    assert RECEIVED.of(received) == raw and RECEIVED.of(sent) is None
+    vector = priorities(received)
+    assert vector.matrix is received
+    spliced = encode(vector)
+    assert spliced.endswith(b',"matrix":' + raw + b"}")
+    fresh = vector.__pydantic_serializer__.to_json(vector)
+    assert json.loads(spliced) == json.loads(fresh)  # the same document, the matrix moved to the end
+    assert decode(PriorityVector, spliced) == vector == decode(PriorityVector, fresh)
+
+
+def test_a_copy_of_a_received_matrix_is_encoded_afresh() -> None:
+    received = decode(FeatureMatrix, encode(features()))
+    changed = received.model_copy(update={"latencies_ms": {"featurizer": 9.5}})
+    assert RECEIVED.of(changed) is None
+    data = encode(priorities(changed))
+    assert decode(PriorityVector, data).matrix.latencies_ms == {"featurizer": 9.5}
+
+
+def test_received_json_keeps_only_the_newest_few() -> None:
+    kept = [decode(FeatureMatrix, encode(features())) for _ in range(RECEIVED.keep + 1)]
+    assert RECEIVED.of(kept[0]) is None
+    assert all(RECEIVED.of(m) is not None for m in kept[1:])
+    small = ReceivedJson(keep=8, max_bytes=2 * len(encode(features())))
+    matrices = [features() for _ in range(3)]
+    for m in matrices:
+        small.remember(m, encode(m))
+    assert [small.of(m) is not None for m in matrices] == [False, True, True]  # by bytes
+    huge = features()
+    small.remember(huge, b"x" * (small.max_bytes + 1))
+    assert small.of(huge) is not None and all(small.of(m) is None for m in matrices)  # the newest stays
+
+
+@pytest.mark.parametrize("spec_name", ["tiny", "alibaba-openb"])
+def test_eligibility_per_distinct_request_is_the_per_job_rule(spec_name: str) -> None:
+    spec = tiny_spec() if spec_name == "tiny" else load_specs({"k": "alibaba-openb"})["k"]
+    rng = np.random.default_rng(7)
+    for n in (0, 5, 63, 64, 300, 1500):
+        gpus = rng.choice([0, 1, 2, 3, 4, 8, 16, 64], n).astype(np.int64)
+        milli = np.where(gpus == 1, rng.choice([100, 500, 1000], n), 1000).astype(np.int64)
+        cpus = rng.choice([0, 1000, 4000, 16000, 96000, 500000], n).astype(np.int64)
+        mem = rng.choice([0, 1024, 65536, 400000, 10**7], n).astype(np.int64)
+        for slack in (0, 1, 3):
+            want = _fits_empty(spec, gpus, milli, cpus, mem, slack)
+            got = _fits_distinct(spec, gpus, milli, cpus, mem, slack)
+            assert got.shape == want.shape and (got == want).all()
+            assert n < 64 or (want.any() and not want.all())  # the draws exercise both answers
+
+
+def test_a_vector_ending_with_a_decoded_matrix_reuses_it() -> None:
+    raw = encode(features())
+    matrix = decode(FeatureMatrix, raw)  # as the placer decodes it ahead
+    data = encode(priorities(decode(FeatureMatrix, raw)))  # as the prioritizer sends it
+    vector = decode(PriorityVector, data)
+    whole = PriorityVector.model_validate_json(data, context=DEFAULT_LIMITS.context())
+    assert vector.matrix is matrix or RECEIVED.of(vector.matrix) == raw
+    assert vector == whole and vector.model_fields_set == whole.model_fields_set
+    # under other limits the remembered matrix does not count: the payload is decoded whole
+    other = decode(PriorityVector, data, Limits(max_jobs=500))
+    assert other == whole and RECEIVED.of(other.matrix) is None
+
+
+def test_a_vector_that_differs_anywhere_is_decoded_whole() -> None:
+    raw = encode(features())
+    decode(FeatureMatrix, raw)
+    data = encode(priorities(decode(FeatureMatrix, raw)))
+    changed = data.replace(b'"values":[[0.0,0.5]', b'"values":[[0.25,0.5]')
+    assert changed != data
+    assert decode(PriorityVector, changed).matrix.values[0] == (0.25, 0.5)
+    doc = json.loads(data)
+    doc["priorities"] = doc["priorities"][:-1]  # the head is invalid: the whole decode names why
+    head = json.dumps({k: v for k, v in doc.items() if k != "matrix"}).encode()
+    bad = head[:-1] + b', "matrix":' + raw + b"}"
+    with pytest.raises(MessageError, match="priorities has 2 entries, expected 3"):
+        decode(PriorityVector, bad)
+    doc = json.loads(data)
+    doc["policy"] = ""
+    head = json.dumps({k: v for k, v in doc.items() if k != "matrix"}, separators=(",", ":")).encode()
+    with pytest.raises(MessageError, match="policy"):
+        decode(PriorityVector, head[:-1] + b',"matrix":' + raw + b"}")
