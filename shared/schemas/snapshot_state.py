@@ -148,21 +148,27 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
     if n == 0:
         e = np.zeros(0, dtype=np.int64)
         return RunningEntries(np.zeros(0), e, e, e, e, e, e)
-    # flat lists: numpy reads them much faster than lists of tuples
-    end = np.array(running.est_end_s, dtype=np.float64)
-    gpus = np.array(running.gpus, dtype=np.int64)
-    milli = np.array(running.gpu_milli, dtype=np.int64)
-    count = np.array(running.node_count, dtype=np.int64).reshape(n)
-    slot_of = layout.slot_of
-    slot = np.fromiter(map(slot_of.__getitem__, running.nodes), dtype=np.int64, count=len(running.nodes))
-    job = np.repeat(np.arange(n, dtype=np.int64), count)
-    k = np.arange(len(job), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    frac = (milli < WHOLE_GPU_MILLI)[job]
-    keep = ~frac | (k == 0)  # a share sits on its (first) node
-    base, extra = np.divmod(gpus, count)
-    whole = np.where(frac, 0, base[job] + (k < extra[job]))
-    share = np.where(frac, milli[job], 0)
-    job, slot, whole, share = job[keep], slot[keep], whole[keep], share[keep]
+    # flat columns: numpy reads them much faster than lists of tuples
+    end = np.fromiter(running.est_end_s, dtype=np.float64, count=n)
+    gpus = np.fromiter(running.gpus, dtype=np.int64, count=n)
+    milli = np.fromiter(running.gpu_milli, dtype=np.int64, count=n)
+    n_flat = len(running.nodes)
+    slot = np.fromiter(map(layout.slot_of.__getitem__, running.nodes), dtype=np.int64, count=n_flat)
+    if n_flat == n:  # every job on one node (pods): one entry per job, holding all its GPUs
+        job = np.arange(n, dtype=np.int64)
+        frac = milli < WHOLE_GPU_MILLI
+        whole = np.where(frac, 0, gpus)
+        share = np.where(frac, milli, 0)
+    else:
+        count = np.fromiter(running.node_count, dtype=np.int64, count=n)
+        job = np.repeat(np.arange(n, dtype=np.int64), count)
+        k = np.arange(len(job), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        frac = (milli < WHOLE_GPU_MILLI)[job]
+        keep = ~frac | (k == 0)  # a share sits on its (first) node
+        base, extra = np.divmod(gpus, count)
+        whole = np.where(frac, 0, base[job] + (k < extra[job]))
+        share = np.where(frac, milli[job], 0)
+        job, slot, whole, share = job[keep], slot[keep], whole[keep], share[keep]
     order = np.lexsort((job, end[job]))
     slot = slot[order]
     group = np.searchsorted(layout.offsets, slot, side="right") - 1
@@ -185,10 +191,7 @@ def snapshot_state(
     """
     layout = node_layout(spec, snapshot.nodes)
     state = ClusterState(spec, set(track))
-    usable_slots = np.zeros(int(layout.offsets[-1]), dtype=bool)
-    nodes = snapshot.nodes
-    up = [layout.slot(name) for name, st in zip(nodes.name, nodes.state, strict=True) if st == "up"]
-    usable_slots[up] = True
+    usable_slots = layout.up
     usable = []
     for k, gs in enumerate(state.groups):
         lo, hi = int(layout.offsets[k]), int(layout.offsets[k + 1])

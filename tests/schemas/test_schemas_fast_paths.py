@@ -1,8 +1,9 @@
 """The decoding and encoding fast paths decide exactly as the slow checks they stand in for.
 
 Each fast path (column-wide job id check, share check, row widths, the vector's matrix re-sent as
-received, eligibility per distinct request) is compared with the plain rule on inputs that pass
-and inputs that fail, and a failure still names the row at fault.
+received, eligibility per distinct request, binding kept per request and node layouts kept per
+spec across snapshots) is compared with the plain rule on inputs that pass and inputs that fail,
+and a failure still names the row at fault.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from shared.domain.cluster import ClusterSpec
 from shared.schemas import (
     DEFAULT_LIMITS,
     FeatureMatrix,
@@ -21,9 +23,20 @@ from shared.schemas import (
     QueueSnapshot,
     decode,
     encode,
+    views,
 )
 from shared.schemas.codec import RECEIVED, ReceivedJson
-from shared.schemas.views import _fits_distinct, _fits_empty
+from shared.schemas.messages import ExcludedJob
+from shared.schemas.snapshot import NodeStates, PendingJob, PendingJobs
+from shared.schemas.views import (
+    PendingBinding,
+    _eligible,
+    _fits_distinct,
+    _fits_empty,
+    _requests,
+    bind_pending,
+    node_layout,
+)
 from shared.service.clusters import load_specs
 from tests.schemas.message_factories import features, priorities, snapshot, tiny_spec
 
@@ -161,3 +174,93 @@ def test_a_vector_that_differs_anywhere_is_decoded_whole() -> None:
     head = json.dumps({k: v for k, v in doc.items() if k != "matrix"}, separators=(",", ":")).encode()
     with pytest.raises(MessageError, match="policy"):
         decode(PriorityVector, head[:-1] + b',"matrix":' + raw + b"}")
+
+
+def _random_jobs(rng: np.random.Generator, n: int, spec: ClusterSpec, start: int = 0) -> PendingJobs:
+    types = [(), *((t,) for t in spec.gpu_types), tuple(spec.gpu_types[:2]), ("nope",)]
+    parts = ["a", "b", "default", "elsewhere"]
+    rows = []
+    for i in range(n):
+        gpus = int(rng.choice([0, 1, 1, 2, 4, 8, 16, 64]))
+        rows.append(
+            PendingJob(
+                job_id=f"j{start + i}",
+                submit_s=float(i),
+                gpus=gpus,
+                gpu_milli=int(rng.choice([100, 500, 1000])) if gpus == 1 else 1000,
+                gpu_types=types[int(rng.integers(len(types)))],
+                cpus_milli=int(rng.choice([-1, 0, 1000, 16000, 500000])),
+                mem_mib=int(rng.choice([-1, 0, 1024, 65536, 10**7])),
+                est_runtime_s=60.0,
+                partition=parts[int(rng.integers(len(parts)))],
+            )
+        )
+    return PendingJobs.of(rows)
+
+
+def _bound_per_job(jobs: PendingJobs, spec: ClusterSpec, slack: int) -> PendingBinding:
+    """Binding's rules job by job (``_requests`` and ``_eligible``), the reference of ``bind_pending``."""
+    kept, cpus, mems, groups, excluded = [], [], [], [], []
+    for i, job in enumerate(jobs):
+        c, m = _requests(job, spec)
+        on, why = _eligible(spec, job, c, m, slack)
+        if on:
+            kept.append(i)
+            cpus.append(c)
+            mems.append(m)
+            groups.append(on)
+        else:
+            excluded.append(ExcludedJob(job_id=job.job_id, reason=why))
+    eligible = np.zeros((len(kept), len(spec.node_groups)), dtype=bool)
+    for row, on in enumerate(groups):
+        eligible[row, list(on)] = True
+    return PendingBinding(tuple(kept), tuple(cpus), tuple(mems), tuple(groups), tuple(excluded), eligible)
+
+
+@pytest.mark.parametrize("spec_name", ["tiny", "alibaba-openb"])
+def test_binding_per_distinct_request_is_the_per_job_rule_whatever_was_bound_before(
+    spec_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request table (kept per spec and slack, grown and restarted) binds as the per-job rules."""
+    spec = tiny_spec() if spec_name == "tiny" else load_specs({"k": "alibaba-openb"})["k"]
+    rng = np.random.default_rng(11)
+    monkeypatch.setattr(views, "_KEYS_KEPT", 200)  # the table restarts along the way
+    for round_ in range(6):
+        jobs = _random_jobs(rng, [0, 5, 300, 80, 700, 1][round_], spec, start=1000 * round_)
+        again = jobs.take(list(range(len(jobs)))[::-1])  # requests all known: looked up only
+        for slack, batch in ((0, jobs), (2, jobs), (0, again), (2, again)):
+            got, want = bind_pending(batch, spec, slack), _bound_per_job(batch, spec, slack)
+            assert (got.kept, got.cpus_milli, got.mem_mib) == (want.kept, want.cpus_milli, want.mem_mib)
+            assert got.groups == want.groups and got.excluded == want.excluded
+            assert got.eligible.shape == want.eligible.shape and (got.eligible == want.eligible).all()
+    assert 0 < len(views._TABLES[(id(spec), 0)][1].index) <= 200
+
+
+def test_node_layout_kept_from_the_last_snapshot_follows_changed_nodes() -> None:
+    """Same names: the placement into groups is reused, free resources read anew; other names: rebuilt."""
+    spec = tiny_spec()
+    nodes = snapshot().nodes
+    first = node_layout(spec, nodes)
+    busier = NodeStates.of(n.model_copy(update={"free_gpus": 0, "free_share_milli": 0}) for n in nodes)
+    again = node_layout(spec, busier)
+    assert again.slot_of is first.slot_of and again.names is first.names
+    assert again.free_gpus.tolist() == [0, 0, 0, 0] and first.free_gpus.tolist() == [8, 4, 0, 0]
+    reordered = NodeStates.of([nodes[1], nodes[0], nodes[3]])  # v1 first, t0 unreported
+    layout = node_layout(spec, reordered)
+    views._SHAPES.clear()
+    fresh = node_layout(spec, reordered)
+    assert layout.names == fresh.names == (("v1", "v0"), ("t1", None))
+    assert layout.slot_of == fresh.slot_of == {"v1": 0, "v0": 1, "t1": 2}
+    assert layout.group_of == {"v1": 0, "v0": 0, "t1": 1}
+    for name in ("free_gpus", "free_share_milli", "free_cpus_milli", "free_mem_mib", "offsets", "up"):
+        assert getattr(layout, name).tolist() == getattr(fresh, name).tolist(), name
+    assert layout.up.tolist() == [True, True, False, False]  # t1 drains, slot 3 unreported
+    with pytest.raises(ValueError, match="the cluster spec lacks"):
+        node_layout(spec, NodeStates.of([nodes[0].model_copy(update={"group": "zz"})]))
+    with pytest.raises(ValueError, match="free_gpus 9 exceeds"):
+        node_layout(
+            spec,
+            NodeStates.of(
+                n.model_copy(update={"free_gpus": 9}) if i == 0 else n for i, n in enumerate(reordered)
+            ),
+        )
