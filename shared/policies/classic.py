@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.policies.base import Policy, PolicyContext, classes_of, nondecreasing_within, waited
+from shared.policies.base import Policy, PolicyContext, nondecreasing_within, waited
+from shared.sim.partition import row_classes
 
 
 class FCFS(Policy):
@@ -52,7 +53,7 @@ class SJF(Policy):
         if type(self).keys is not SJF.keys:
             return None
         # jobs with equal keys: ties go to the earlier arrival
-        return classes_of(self.keys(np.arange(len(self.ctx.submit)), 0.0))
+        return row_classes(self.keys(np.arange(len(self.ctx.submit)), 0.0))
 
 
 class WFP3(Policy):
@@ -70,7 +71,7 @@ class WFP3(Policy):
         if type(self).keys is not WFP3.keys:
             return None
         # same estimate and width: the longer wait (earlier arrival) has the smaller key
-        return classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
+        return row_classes(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
 
 
 class UNICEP(Policy):
@@ -106,7 +107,7 @@ class UNICEP(Policy):
         if type(self).keys is not UNICEP.keys:
             return None
         # same estimate and width: the longer wait (earlier arrival) has the smaller key
-        return classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
+        return row_classes(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
 
 
 class F1(Policy):
@@ -128,6 +129,6 @@ class F1(Policy):
             return None
         # same estimate and width: the key grows with the submit time; checked on the keys
         # themselves, since log10 is not guaranteed monotone to the last bit
-        classes = classes_of(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
+        classes = row_classes(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
         keys = self.keys(np.arange(len(classes)), 0.0)
         return classes if nondecreasing_within(classes, keys) else None

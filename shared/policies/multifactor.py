@@ -21,7 +21,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.policies.base import Policy, PolicyContext, classes_of, waited
+from shared.policies.base import Policy, PolicyContext, waited
+from shared.sim.partition import row_classes
 
 
 class MultifactorWeights(BaseModel):
@@ -148,4 +149,4 @@ class SlurmMultifactor(Policy):
         # with the wait, so the earlier arrival never has the smaller priority
         w = self.w
         static = w.job_size * self.size_factor + w.partition * self.part_factor + w.qos * self.qos_factor
-        return classes_of(static, self.ctx.workload.jobs.user)
+        return row_classes(static, self.ctx.workload.jobs.user)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+import weakref
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -45,11 +46,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
-from shared.policies.base import Policy, PolicyContext, classes_of
+from shared.policies.base import Policy, PolicyContext
 from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
 from shared.sim.heads import Heads
-from shared.sim.placement import BestFit, Caps, FirstFit, Placer, alloc_fits, make_placer, whole_gpus_fit
+from shared.sim.partition import row_classes
+from shared.sim.placement import (
+    BestFit,
+    Caps,
+    FirstFit,
+    Placer,
+    alloc_fits,
+    make_placer,
+    share_fits,
+    whole_gpus_fit,
+)
 from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
 from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
@@ -87,6 +98,88 @@ class _Bound:
     node_pick: tuple[tuple[float, int], int, int, tuple[int, int, int]] | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """A bound workload's per-job columns as Python lists, and what the run derives from them
+    that depends on no policy, estimate or setting.
+
+    Why cached: the hot loop reads jobs one at a time, where list indexing is several times
+    cheaper than numpy scalar indexing, but converting the columns of the 82,247 Philly jobs cost
+    about 40 ms per run, which a training episode over a short window paid every time. The
+    lists are built once per workload (``_columns``) and only read by ``Simulator.run``.
+    """
+
+    # what they were read from: a workload given new jobs, shapes or classes is read again
+    jobs: object
+    shape_of: object
+    class_of: object
+    submit: list[float]
+    runtime: list[float]
+    gpus: list[int]
+    milli: list[int]
+    cpu: list[int]
+    mem: list[int]
+    groups_of: list[tuple[int, ...]]
+    shape: list[int]
+    job_class: list[int]
+    n_shapes: int
+    shape_gclass: list[int]  # the class of eligible groups of each shape
+    shape_min_cpu: list[int]  # per shape, the least CPUs and memory any of its jobs asks
+    shape_min_mem: list[int]
+
+
+_COLUMNS: dict[int, _Columns] = {}  # id(workload) -> its columns, dropped with the workload
+
+
+def _columns(w: BoundWorkload) -> _Columns:
+    """The cached ``_Columns`` of ``w`` (built on first use, rebuilt if its jobs, shapes or classes
+    were replaced)."""
+    cached = _COLUMNS.get(id(w))
+    if (
+        cached is not None
+        and cached.jobs is w.jobs
+        and cached.shape_of is w.shape
+        and cached.class_of is w.job_class
+    ):
+        return cached
+    jobs = w.jobs
+    n = len(jobs)
+    job_class = w.job_class.tolist()
+    shape = w.shape.tolist()
+    n_shapes = int(w.shape.max()) + 1 if n else 0
+    shape_gclass = [0] * n_shapes
+    for k_, c_ in zip(shape, job_class, strict=True):
+        shape_gclass[k_] = c_
+    smin = np.full(n_shapes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(smin, w.shape, jobs.cpus_milli)
+    shape_min_cpu = smin.tolist()
+    smin[:] = np.iinfo(np.int64).max
+    np.minimum.at(smin, w.shape, jobs.mem_mib)
+    shape_min_mem = smin.tolist()
+    cols = _Columns(
+        jobs=jobs,
+        shape_of=w.shape,
+        class_of=w.job_class,
+        submit=jobs.submit.tolist(),
+        runtime=jobs.runtime.tolist(),
+        gpus=jobs.gpus.tolist(),
+        milli=jobs.gpu_milli.tolist(),
+        cpu=jobs.cpus_milli.tolist(),
+        mem=jobs.mem_mib.tolist(),
+        groups_of=[w.class_groups[c] for c in job_class],
+        shape=shape,
+        job_class=job_class,
+        n_shapes=n_shapes,
+        shape_gclass=shape_gclass,
+        shape_min_cpu=shape_min_cpu,
+        shape_min_mem=shape_min_mem,
+    )
+    if cached is None:
+        weakref.finalize(w, _COLUMNS.pop, id(w), None)
+    _COLUMNS[id(w)] = cols
+    return cols
+
+
 class Simulator:
     """Simulates one policy on one bound workload; see the module docstring.
 
@@ -114,6 +207,12 @@ class Simulator:
     #: an EASY reservation's caps are built only when a job that may run past its earliest
     #: possible time wants its groups (``bound``, ``materialize``)
     lazy_reservations: bool = True
+    #: a replayed reservation tracks only the nodes its releases touch until a fit test passes
+    #: (``replay_light``) instead of releasing each job on full scratch copies
+    light_replay: bool = True
+    #: a bounded reservation of a gang of whole nodes under best-fit is planned from the arrays
+    #: (``whole_node_plan``) instead of a scratch copy and the placer's gang walk
+    direct_gang_plans: bool = True
 
     def __init__(
         self,
@@ -140,6 +239,7 @@ class Simulator:
                     "(shared.traces.estimates) or set oracle_runtimes=True"
                 )
         self.est = np.maximum(est, 0.0)
+        self._est_list: list[float] | None = None  # ``est`` as a list, built by the first run
         self.policy = policy
         # CP-SAT places the top-K jobs of a cycle together; every other placement question (shape
         # pre-checks, reservations, jobs beyond the top K, decisions the caps invalidate) goes to
@@ -200,15 +300,12 @@ class Simulator:
         if not 0 <= lo <= hi <= n:
             raise ValueError(f"job_range {job_range} outside 0..{n}")
         st = ClusterState(w.spec, self.frac_groups)
-        submit = jobs.submit.tolist()
-        runtime = jobs.runtime.tolist()
-        est = self.est.tolist()
-        gpus = jobs.gpus.tolist()
-        milli = jobs.gpu_milli.tolist()
-        cpu = jobs.cpus_milli.tolist()
-        mem = jobs.mem_mib.tolist()
-        groups_of = [w.class_groups[c] for c in w.job_class.tolist()]
-        shape = w.shape.tolist()
+        cols = _columns(w)
+        submit, runtime, gpus, milli = cols.submit, cols.runtime, cols.gpus, cols.milli
+        cpu, mem, groups_of, shape = cols.cpu, cols.mem, cols.groups_of, cols.shape
+        if self._est_list is None:
+            self._est_list = self.est.tolist()
+        est = self._est_list
         slack = cfg.node_slack
         precheck_queue, visit_chunk, skip_idle = self.precheck_queue, self.visit_chunk, self.skip_idle_cycles
         retire = self.retire_dominated
@@ -216,6 +313,8 @@ class Simulator:
         int_keys = policy.integer_keys
         overlay, profiles = self.overlay_reservations, self.node_release_profiles
         lazy = self.lazy_reservations and self.batch_placer is None
+        light_replay = self.light_replay
+        direct_gangs = self.direct_gang_plans and type(placer) is BestFit
         batch_placer = self.batch_placer
         if batch_placer is not None:
             from shared.placement import GroupCost, JobRequest, SolveStatus
@@ -241,7 +340,7 @@ class Simulator:
         track = policy.tracks_jobs
         shape_np = w.shape
         class_np = w.job_class
-        n_shapes = int(w.shape.max()) + 1 if n else 0
+        n_shapes = cols.n_shapes
         n_classes = len(w.class_groups)
         cpu_np, mem_np, est_np = jobs.cpus_milli, jobs.mem_mib, self.est
 
@@ -262,7 +361,7 @@ class Simulator:
         for c_, gset_ in enumerate(w.class_groups):
             for g_ in gset_:
                 classes_with[g_].append(c_)
-        job_class_of = class_np.tolist()
+        job_class_of = cols.job_class
         blocked_since: dict[int, int] = {}  # shape -> releases in its groups when it fit nowhere
         # The queue in arrival order: jobs arrive in index order and are appended as ranges to
         # qbuf, which is compacted (started jobs dropped) when a cycle reads it: O(queue) numpy.
@@ -293,27 +392,21 @@ class Simulator:
         shape_min_mem: list[int] = []
         if by_class:
             assert order_cls is not None
-            bucket_np = classes_of(shape_np, cpu_np, mem_np, est_np, order_cls)
+            bucket_np = row_classes(shape_np, cpu_np, mem_np, est_np, order_cls)
             job_bucket = bucket_np.tolist()
-            _, first_of = np.unique(bucket_np, return_index=True)
-            bucket_jobs = [[] for _ in range(len(first_of))]
-            bucket_head = [0] * len(first_of)
-            head_pos = np.zeros(len(first_of), dtype=np.int64)
-            head_np = np.full(len(first_of), -1, dtype=np.int64)
-            smin = np.full(n_shapes, np.iinfo(np.int64).max, dtype=np.int64)
-            np.minimum.at(smin, shape_np, cpu_np)
-            shape_min_cpu = smin.tolist()
-            smin[:] = np.iinfo(np.int64).max
-            np.minimum.at(smin, shape_np, mem_np)
-            shape_min_mem = smin.tolist()
+            n_buckets = int(bucket_np.max()) + 1  # ids 0..n_buckets - 1, every one used
+            bucket_jobs = [[] for _ in range(n_buckets)]
+            bucket_head = [0] * n_buckets
+            head_pos = np.zeros(n_buckets, dtype=np.int64)
+            head_np = np.full(n_buckets, -1, dtype=np.int64)
+            shape_min_cpu, shape_min_mem = cols.shape_min_cpu, cols.shape_min_mem
         static_keys_l: list[float] | None = static_keys.tolist() if static_keys is not None else None
         # the heads of the order classes, sorted between cycles when keys do not move (and are
         # not NaN, which no sort orders consistently)
         heads = Heads(static_keys is not None and not bool(np.isnan(static_keys).any()))
         head_key: list[float] = static_keys_l if heads.sorted and static_keys_l is not None else [0.0] * n
-        shape_gclass = [0] * n_shapes  # the class of eligible groups of each shape
-        for k_, c_ in zip(shape_np.tolist(), job_class_of, strict=True):
-            shape_gclass[k_] = c_
+        shape_gclass = cols.shape_gclass  # the class of eligible groups of each shape
+        shape_gclass_np = np.array(shape_gclass, dtype=np.int64)
         tl_t: list[float] = []
         tl_busy: list[float] = []
         tl_q: list[int] = []
@@ -481,12 +574,61 @@ class Simulator:
                     v[0] += a.whole[t]
                     v[1] += a.cpu[t]
                     v[2] += a.mem[t]
+            G = gs0.G
+            if direct_gangs and need > G > 0 and need % G == 0 and slack == 0 and gs0.gfree is None:
+                return whole_node_plan(b, g, changes, now, caps_out)
             scratch = _Scratch([None] * len(st.groups))
             scratch.groups[g] = gs0.overlaid(changes)
             plan = placer.place(scratch, need, WHOLE_GPU_MILLI, c_, mm, (g,), None, slack)  # type: ignore[arg-type]
             if plan is None:
                 return replay(j, now, caps_out)  # CPUs or memory bind: rare, replay from the start
             return cap_plan(plan, scratch, b.when, caps_out)
+
+        def whole_node_plan(
+            b: _Bound,
+            g: int,
+            changes: dict[int, list[int]],
+            now: float,
+            caps_out: dict[int, tuple[float, Caps]],
+        ) -> float:
+            """``materialize`` of a gang of k whole nodes under best-fit, without the scratch copy
+            and the placer's gang walk: what that walk returns, read off the arrays.
+
+            Best-fit's gang walk (``Placer._gang``) ranks nodes by usable GPUs (free GPUs, and what
+            the CPUs and memory allow at the job's ratio), never above G per node; k x G GPUs on
+            at most k nodes need k nodes at G, and the walk then takes, by its stable ranking and
+            its tightest-node rule for the last piece, the k lowest-id nodes at G, each with G
+            GPUs and its share of CPUs and memory. With fewer such nodes it finds nothing."""
+            j = b.job
+            need, c_, mm = gpus[j], cpu[j], mem[j]
+            gs0 = st.groups[g]
+            G = gs0.G
+            k = need // G
+            whole, cpus, mems = gs0.whole.copy(), gs0.cpu.copy(), gs0.mem.copy()
+            if changes:
+                idx = np.fromiter(changes, dtype=np.int64, count=len(changes))
+                vals = np.array(list(changes.values()), dtype=np.int64)
+                whole[idx] = vals[:, 0]
+                cpus[idx] = vals[:, 1]
+                mems[idx] = vals[:, 2]
+            usable = whole
+            if c_:
+                usable = np.minimum(usable, cpus * need // c_)
+            if mm:
+                usable = np.minimum(usable, mems * need // mm)
+            full = np.flatnonzero(usable >= G)[:k].tolist()
+            if len(full) < k:
+                return replay(j, now, caps_out)  # CPUs or memory bind: rare, replay from the start
+            c_part = -(-c_ * G // need)
+            m_part = -(-mm * G // need)
+            cap = Caps.unlimited(gs0.n)
+            for i in full:
+                cap.whole[i] = whole[i] - G
+                cap.cpu[i] = cpus[i] - c_part
+                cap.mem[i] = mems[i] - m_part
+                cap.block_shares(i)
+            caps_out[g] = (b.when, cap)
+            return b.when
 
         def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
             """Earliest estimated start of blocked job j and the caps that protect it."""
@@ -504,9 +646,19 @@ class Simulator:
             when = INF
             plan: Alloc | None = None
             scratch = _Scratch([None] * len(st.groups))
-            for g in gset:
-                scratch.groups[g] = st.groups[g].copy()
-            for e, r in run_sorted:
+            if light_replay:
+                found = replay_light(gset, need, m, c_, mm, node_test, share_test)
+                if found is None:
+                    return INF
+                e_fit, plan, scratch, rest = found
+                if plan is not None:
+                    return cap_plan(plan, scratch, max(e_fit, now), caps_out)
+                runs = run_sorted[rest:]  # the fit test passed but j did not fit: go on the plain way
+            else:
+                for g in gset:
+                    scratch.groups[g] = st.groups[g].copy()
+                runs = run_sorted
+            for e, r in runs:
                 a = allocs[r]
                 gs = scratch.groups[a.group]
                 if gs is None:
@@ -532,6 +684,107 @@ class Simulator:
             if plan is None:
                 return INF
             return cap_plan(plan, scratch, when, caps_out)
+
+        def replay_light(
+            gset: tuple[int, ...], need: int, m: int, c_: int, mm: int, node_test: bool, share_test: bool
+        ) -> tuple[float, Alloc | None, _Scratch, int] | None:
+            """The start of ``replay`` without scratch copies: releases, in order of estimated end,
+            update only the free resources of the nodes they touch (and, for a gang, the free-GPU
+            histogram), which is all the fit tests read; the scratch copies are built, once, when
+            a test passes (each touched node set to its state after its releases, the state that
+            ``give`` after ``give`` reaches). Returns None when no test passes, else (the estimated
+            end of the release after which the test passed, the plan or None if j does not fit
+            there after all, the scratch, the position in ``run_sorted`` after that release).
+
+            Why: in groups that track GPU shares (every group of the embedded workload) release
+            profiles do not apply and every reservation is a replay; a ``give`` on a full copy
+            (numpy row updates, the partly used GPU lists) cost ten times this bookkeeping."""
+
+            want = [False] * len(st.groups)
+            for g in gset:
+                want[g] = True
+            touched: dict[int, dict[int, list[int]]] = {g: {} for g in gset}
+            rows: dict[tuple[int, int], list[int]] = {}  # per-GPU free milli-GPUs of touched nodes
+
+            def build(scratch: _Scratch, g2: int) -> None:
+                """Group g2's scratch copy: each touched node set to its state after its releases."""
+                gs = scratch.groups[g2] = st.groups[g2].copy()
+                for i, v in touched[g2].items():
+                    row2 = rows.get((g2, i))
+                    if row2 is None:
+                        gs.set_free(i, v[0], v[1], v[2])
+                    else:
+                        gs.set_shares(i, row2, v[1], v[2])
+
+            gang = not node_test and not share_test and need > 0 and m == WHOLE_GPU_MILLI
+            hists = {g: [len(b) for b in st.groups[g].bucket] for g in gset} if gang else {}
+            pos = 0
+            for e, r in run_sorted:
+                pos += 1
+                a = allocs[r]
+                g = a.group
+                if not want[g]:
+                    continue
+                gs0 = st.groups[g]
+                gfree = gs0.gfree
+                nodes_g = touched[g]
+                for t, i in enumerate(a.nodes):
+                    v = nodes_g.get(i)
+                    if v is None:
+                        # [free whole GPUs, milli-CPUs, MiB, the largest free share on one GPU]
+                        v = nodes_g[i] = [
+                            int(gs0.whole[i]),
+                            int(gs0.cpu[i]),
+                            int(gs0.mem[i]),
+                            int(gs0.maxfrac[i]) if gs0.maxfrac is not None else 0,
+                        ]
+                        if gfree is not None:
+                            rows[g, i] = gfree[i].tolist()
+                    w0 = v[0]
+                    v[1] += a.cpu[t]
+                    v[2] += a.mem[t]
+                    if gfree is None:
+                        v[0] = w0 + a.whole[t]
+                    else:
+                        row = rows[g, i]
+                        if a.gpu_ids is not None and a.gpu_ids[t]:
+                            for gpu in a.gpu_ids[t]:
+                                row[gpu] = WHOLE_GPU_MILLI
+                        if a.frac_gpu >= 0:
+                            row[a.frac_gpu] += a.milli
+                        v[0] = row.count(WHOLE_GPU_MILLI)
+                        v[3] = max(row) if gs0.G else 0
+                    if gang and v[0] != w0:
+                        hist = hists[g]
+                        hist[w0] -= 1
+                        hist[v[0]] += 1
+                if node_test:
+                    if not any(
+                        v[0] >= need and v[1] >= c_ and v[2] >= mm for v in (nodes_g[i] for i in a.nodes)
+                    ):
+                        continue
+                elif share_test:
+                    if gfree is None or not any(
+                        v[3] >= m and v[1] >= c_ and v[2] >= mm for v in (nodes_g[i] for i in a.nodes)
+                    ):
+                        continue
+                elif gang and top_from_hist(hists[g], nodes_needed(need, gs0.G) + slack) < need:
+                    continue
+                scratch = _Scratch([None] * len(st.groups))
+                # With a fit test, j can fit only in g: every other group of gset either did not
+                # change since now, when j fitted nowhere, or failed the test (a necessary
+                # condition) after its last release; placed over g alone, j gets what the placer
+                # would give it over all of gset, and only g needs a scratch copy.
+                tested = node_test or share_test or gang
+                for g2 in (g,) if tested else gset:
+                    build(scratch, g2)
+                plan = placer.place(scratch, need, m, c_, mm, (g,) if tested else gset, None, slack)  # type: ignore[arg-type]
+                if plan is None and tested:
+                    for g2 in gset:  # the replay goes on the plain way, over every group of gset
+                        if g2 != g:
+                            build(scratch, g2)
+                return e, plan, scratch, pos
+            return None
 
         def cap_plan(
             plan: Alloc, scratch: _Scratch, when: float, caps_out: dict[int, tuple[float, Caps]]
@@ -721,6 +974,29 @@ class Simulator:
                 hj = head_np[act]
                 hk = policy.keys(hj, now)
                 srt = np.lexsort((hj, hk))
+                if shape_blocked:
+                    # split in numpy: heads of blocked shapes only give the first head (by key,
+                    # then job) per class of eligible groups, in the order they come; only the
+                    # others are listed, a few dozen of a few hundred heads
+                    blocked_shape = np.zeros(n_shapes, dtype=bool)
+                    blocked_shape[list(shape_blocked)] = True
+                    hs = shape_np[hj[srt]]
+                    bm = blocked_shape[hs]
+                    b_srt = srt[bm]
+                    if len(b_srt):
+                        gcs = shape_gclass_np[hs[bm]]
+                        at = [int((gcs == gc).argmax()) for gc in np.flatnonzero(np.bincount(gcs)).tolist()]
+                        at.sort()
+                        fb = b_srt[at]
+                        for e0 in zip(
+                            hk[fb].tolist(),
+                            hj[fb].tolist(),
+                            act[fb].tolist(),
+                            head_pos[act[fb]].tolist(),
+                            strict=True,
+                        ):
+                            firsts[shape_gclass[shape[e0[1]]]] = e0
+                    srt = srt[~bm]
                 src = list(
                     zip(
                         hk[srt].tolist(),
@@ -730,15 +1006,6 @@ class Simulator:
                         strict=True,
                     )
                 )
-                if shape_blocked:
-                    kept = []
-                    for e0 in src:
-                        k = shape[e0[1]]
-                        if k not in shape_blocked:
-                            kept.append(e0)
-                        elif shape_gclass[k] not in firsts:
-                            firsts[shape_gclass[k]] = e0
-                    src = kept
                 if src:
                     e0 = src[0]
                     order.append((e0[0], e0[1], e0[2], e0[3], 0, 0))
@@ -843,8 +1110,12 @@ class Simulator:
                         shape_blocked.add(k)
                         blocked += count
                     elif (
-                        not whole_gpus_fit(st, gpus[r], groups_of[r], slack)
-                        if hist_precheck and gpus[r] and milli[r] == WHOLE_GPU_MILLI
+                        (
+                            not whole_gpus_fit(st, gpus[r], groups_of[r], slack)
+                            if milli[r] >= WHOLE_GPU_MILLI
+                            else not share_fits(st, milli[r], groups_of[r])
+                        )
+                        if hist_precheck and gpus[r] and milli[r] > 0
                         else placer.place(st, gpus[r], milli[r], 0, 0, groups_of[r], None, slack) is None
                     ):
                         shape_blocked.add(k)

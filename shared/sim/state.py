@@ -118,6 +118,15 @@ class GroupState:
         self.cpu[i] = cpu
         self.mem[i] = mem
 
+    def set_shares(self, i: int, row: list[int], cpu: int, mem: int) -> None:
+        """Set node i's free milli-GPUs per GPU, CPUs and memory directly (scratch copies of
+        groups that track shares), keeping the whole-GPU buckets and share lists in step."""
+        assert self.gfree is not None
+        self.gfree[i] = row
+        self.cpu[i] = cpu
+        self.mem[i] = mem
+        self._refresh_node(i)
+
     def copy(self) -> GroupState:
         other = GroupState.__new__(GroupState)
         other.index, other.n, other.G = self.index, self.n, self.G

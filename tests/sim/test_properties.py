@@ -480,7 +480,7 @@ def test_speed_shortcuts_do_not_change_the_schedule(
     plain = Simulator(bound, make_policy(policy), cfg)
     plain.precheck_queue, plain.visit_chunk, plain.skip_idle_cycles = 10**9, 10**9, False
     plain.retire_dominated = False
-    plain.overlay_reservations = plain.node_release_profiles = False
+    plain.overlay_reservations = plain.node_release_profiles = plain.light_replay = False
     fast = Simulator(bound, make_policy(policy), cfg)
     fast.precheck_queue, fast.visit_chunk, fast.skip_idle_cycles = 0, 2, True
     a, b = plain.run(), fast.run()
