@@ -35,7 +35,10 @@ metric mean wait, windows of 128 jobs after 64 warm-up jobs, 90/10 chronological
 **Real-trace mode** (``--trace NAME --cluster SPEC``; ``docs/results/trainer.md`` has the commands
 and results for Philly). ``hylo train``'s honest setting (EASY backfill, noisy estimates, 256
 warm-up jobs), base FCFS, metric wait, 256-job windows, 16 per epoch, PPO learning rate 1e-3, 8
-update epochs, minibatch 128. The trainer's validation is off: the current model is scored after
+update epochs, minibatch 128, the KL early stop checked from the second update epoch on
+(``--kl-min-epochs 1``, ``PPOConfig.kl_min_epochs``); imitation on 64 windows (the input-sparse
+fit of ``shared/imitation/fit.py`` needs that many decisions to drop every feature but ``wait`` on
+Philly). The trainer's validation is off: the current model is scored after
 every ``--score-every`` epochs, greedy, on ``--test-windows`` fixed non-overlapping windows of the
 newest 10% of the trace, paired against the base with ``paired_difference``'s 95% bootstrap
 interval (what ``hylo evaluate`` reports). "Beats the base" = mean improvement > 0 and the
@@ -358,6 +361,7 @@ def real_config(
             learning_rate=args.learning_rate,
             update_epochs=args.update_epochs,
             minibatch_size=args.minibatch_size,
+            kl_min_epochs=args.kl_min_epochs,
         ),
     )
 
@@ -378,6 +382,7 @@ def timed_imitation(
         "demonstrations": float(res.demonstrations),
         "nll_per_pick_first": res.history[0]["nll_per_pick"],
         "nll_per_pick_last": res.history[-1]["nll_per_pick"],
+        "inputs_used": res.history[-1]["inputs_used"],
     }
     seconds = time.perf_counter() - t0
     if check:
@@ -714,10 +719,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--validation-windows", type=int, default=8, help="synthetic mode only")
     parser.add_argument("--test-windows", type=int, help="held-out windows (default: 10 synthetic, 32 trace)")
     parser.add_argument("--imitation-epochs", type=int, default=20)
-    parser.add_argument("--imitation-windows", type=int, help="default: 8 synthetic, 16 with --trace")
+    parser.add_argument("--imitation-windows", type=int, help="default: 8 synthetic, 64 with --trace")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="with --trace")
     parser.add_argument("--update-epochs", type=int, default=8, help="with --trace")
     parser.add_argument("--minibatch-size", type=int, default=128, help="with --trace")
+    parser.add_argument(
+        "--kl-min-epochs",
+        type=int,
+        default=1,
+        help="with --trace: PPO update epochs run in full before the KL early stop is checked",
+    )
     parser.add_argument(
         "--score-every", type=int, default=1, help="with --trace: score held-out every N epochs"
     )
@@ -746,7 +757,7 @@ def parse_args() -> argparse.Namespace:
         ("epochs", 20, 200),
         ("windows_per_epoch", 8, 16),
         ("test_windows", 10, 32),
-        ("imitation_windows", 8, 16),
+        ("imitation_windows", 8, 64),
     ):
         if getattr(args, name) is None:
             setattr(args, name, trace if real else synthetic)

@@ -65,6 +65,13 @@ def train_command(
     gamma: Annotated[float, typer.Option(help="discount per decision")] = 1.0,
     gae_lambda: Annotated[float, typer.Option(help="GAE lambda")] = 0.97,
     target_kl: Annotated[float, typer.Option(help="KL early stop (0: off)")] = 0.02,
+    kl_min_epochs: Annotated[
+        int,
+        typer.Option(
+            help="update epochs run in full before the KL early stop is checked "
+            "(1 lets PPO move a sharp warm start; see shared/rl/ppo.py)"
+        ),
+    ] = 0,
     top_k: Annotated[int, typer.Option(help="picks per action (0: the whole queue)")] = 32,
     max_queue: Annotated[int, typer.Option(help="queue slots the model orders")] = 256,
     validation_windows: Annotated[
@@ -115,6 +122,7 @@ def train_command(
             gamma=gamma,
             gae_lambda=gae_lambda,
             target_kl=target_kl or None,
+            kl_min_epochs=kl_min_epochs,
         )
     except ValueError as err:
         raise fail(str(err)) from None

@@ -4,11 +4,31 @@ Data: ``collect_base`` on the training windows (the states the incumbent visits)
 followed by ``dagger_rounds`` rounds that add the states the partly trained model visits
 (``collect_on_policy``), all labelled with the incumbent's order.
 
-Loss: ``listwise_nll`` on the actor's scores plus ``value_coef`` times the squared value. The
-critic's target is 0 because PPO's reward is the normalized gap to the base policy
-(``shared.rl.reward``), and a policy that reproduces the base policy earns exactly 0: starting PPO
-with a critic that already says so keeps its first advantages from being dominated by a random
-value head.
+Loss: ``listwise_nll`` on the actor's scores plus ``value_coef`` times the squared value, and a
+group-lasso step on the actor's input columns (``input_sparsity``, below). The critic's target is
+0 because PPO's reward is the normalized gap to the base policy (``shared.rl.reward``), and a
+policy that reproduces the base policy earns exactly 0: starting PPO with a critic that already
+says so keeps its first advantages from being dominated by a random value head.
+
+**Input sparsity.** An incumbent orders its queue by one or a few features (FCFS by ``wait``, SJF
+by ``requested_time``), but in the demonstrations the other observed features correlate with that
+order by accident, and the unconstrained fit uses them. On Philly (base FCFS, 192 GPUs) that made
+the imitation unfaithful where it matters: the first jobs of a congested queue were submitted
+seconds apart after hours of waiting, so their ``wait`` values (log scale over 7 days) differ by
+about 3e-5 (median gap between the first two slots in held-out windows: 6e-5), where the tanh
+kernel's score is nearly flat in ``wait`` (those waits lie at the top of the training range); any
+weight left on another feature then decides the order. Measured (``docs/results/trainer.md``
+section 1): top-1 agreement 14-84% and a schedule 37% worse to 27% better than FCFS's; more epochs
+fitted the training queues better and the held-out ones worse (top-1 0.84 -> 0.31-0.54 after
+200-600 epochs). So after every Adam step the first layer's weight column of each input feature
+is shrunk towards zero by ``learning_rate * input_sparsity`` in norm (the proximal step of a group
+lasso), and set exactly to zero when smaller: a feature stays only while the loss keeps pulling it
+out faster than that. Exact zeros matter: jobs whose used features are equal get exactly equal
+scores, which greedy orders by slot, i.e. in the incumbent's order, instead of by whatever the
+noise in unused weights says. The proximal step interacting with Adam's normalized steps leaves
+small residues (0.01-0.06 on Philly, enough to cost 25-28% of FCFS's wait), so at the end the
+columns below ``input_prune`` times the largest column's norm are set to zero. PPO is free to bring
+the features back (the penalty is imitation only).
 
 The result is a state dict of the whole ``ActorCritic``, for ``train(..., initial_state=...)``.
 """
@@ -22,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
 
 from shared.imitation.demonstrations import Demonstration, collect_base, collect_on_policy
 from shared.imitation.loss import listwise_nll
@@ -41,6 +62,17 @@ class ImitationConfig(BaseModel):
     value_coef: float = Field(default=0.5, ge=0, description="weight of the critic's (V - 0)^2 term")
     max_grad_norm: float = Field(default=1.0, gt=0)
     dagger_rounds: int = Field(default=0, ge=0, description="extra rounds on the model's own states")
+    input_sparsity: float = Field(
+        default=3.0,
+        ge=0,
+        description="group-lasso strength on the actor's input columns (module docstring); 0: off",
+    )
+    input_prune: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="at the end, zero the input columns below this share of the largest column's norm",
+    )
     seed: int = 0
 
 
@@ -73,6 +105,39 @@ def _stack(
     return obs, mask, critic
 
 
+def _first_layer(model: ActorCritic) -> nn.Linear:
+    """The actor's first linear layer: its weight column k reads input feature k."""
+    for layer in model.actor:
+        if isinstance(layer, nn.Linear):
+            return layer
+    raise ValueError("the actor has no linear layer")
+
+
+def shrink_inputs(model: ActorCritic, amount: float) -> None:
+    """Proximal group-lasso step: shrink each input column's norm by ``amount`` (zero if smaller)."""
+    if amount <= 0:
+        return
+    with torch.no_grad():
+        weight = _first_layer(model).weight  # [hidden, features]
+        norms = weight.norm(dim=0, keepdim=True)
+        weight.mul_(torch.clamp(1.0 - amount / norms.clamp_min(1e-12), min=0.0))
+
+
+def prune_inputs(model: ActorCritic, share: float) -> None:
+    """Zero the input columns whose norm is below ``share`` times the largest column norm."""
+    if share <= 0:
+        return
+    with torch.no_grad():
+        weight = _first_layer(model).weight
+        norms = weight.norm(dim=0)
+        weight[:, norms < share * norms.max()] = 0.0
+
+
+def inputs_used(model: ActorCritic) -> int:
+    """How many input features the actor reads (columns of its first layer not exactly zero)."""
+    return int((_first_layer(model).weight.detach().abs().sum(dim=0) > 0).sum())
+
+
 def fit_epochs(
     model: ActorCritic,
     demos: Sequence[Demonstration],
@@ -99,6 +164,7 @@ def fit_epochs(
             loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
+            shrink_inputs(model, cfg.learning_rate * cfg.input_sparsity)
             nll_sum += float(nll.detach()) * len(batch)
             value_sum += float(value_loss.detach()) * len(batch)
             rows += len(batch)
@@ -107,6 +173,7 @@ def fit_epochs(
             "nll_per_pick": nll_sum / max(rows, 1),
             "value_mse": value_sum / max(rows, 1),
             "demonstrations": float(len(demos)),
+            "inputs_used": float(inputs_used(model)),
             "seconds": time.perf_counter() - t0,
         }
         history.append(row)
@@ -152,5 +219,8 @@ def imitate(
         history += fit_epochs(
             model, all_demos, cfg, cfg.epochs, rng, optimizer, progress, first_epoch=len(history) + 1
         )
+    prune_inputs(model, cfg.input_prune)
+    if history:
+        history[-1]["inputs_used"] = float(inputs_used(model))
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return ImitationResult(state, history, len(all_demos), time.perf_counter() - t_start)

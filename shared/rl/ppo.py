@@ -10,6 +10,16 @@ last gets reward 0. With ``gamma = 1`` and ``gae_lambda = 1`` each decision's ad
 episode's reward minus its value (a Monte-Carlo return with the critic as baseline); ``gae_lambda
 < 1`` mixes in the critic's bootstrapped estimates, lowering variance once the critic is useful.
 Defaults follow the paper's code (gamma 1, lambda 0.97, clip 0.2, target KL 0.01).
+
+**KL early stop after a warm start** (``kl_min_epochs``). The stop guards sample *re-use*: each
+further pass over the same rollout moves the policy further from the one that collected it, and
+the surrogate stops being trustworthy. A sharp policy (one imitated from the base policy) reaches
+the limit within a few minibatches of the first pass: on Philly after imitation the stop fired in
+nearly every epoch after 12-32 of ~120 updates, so most of each rollout's decisions never
+contributed a gradient, and PPO barely moved the warm start (``docs/results/trainer.md``, section
+1). ``kl_min_epochs = 1`` lets every decision of a rollout be used once, each ratio still bounded by
+the clip (a plain clipped policy-gradient pass), and keeps the stop for the re-use passes after it.
+Runs whose KL never reaches the target (PPO from random weights, in those runs) are unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +52,11 @@ class PPOConfig(BaseModel):
     vf_coef: float = Field(default=0.5, ge=0)
     max_grad_norm: float = Field(default=0.5, gt=0)
     target_kl: float | None = Field(default=0.02, gt=0)
+    kl_min_epochs: int = Field(
+        default=0,
+        ge=0,
+        description="update epochs always run in full before the KL early stop is checked",
+    )
     norm_adv: bool = True
 
 
@@ -153,7 +168,7 @@ def ppo_update(
         return stats
     model.train()
     stopped = False
-    for _epoch in range(cfg.update_epochs):
+    for epoch in range(cfg.update_epochs):
         perm = rng.permutation(n)
         sums = {key: 0.0 for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")}
         n_mb = 0
@@ -191,7 +206,7 @@ def ppo_update(
                 sums[key] += float(val.detach())
             n_mb += 1
             stats["updates"] += 1
-            if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
+            if cfg.target_kl is not None and epoch >= cfg.kl_min_epochs and float(approx_kl) > cfg.target_kl:
                 stopped = True
                 break
         for key, total in sums.items():

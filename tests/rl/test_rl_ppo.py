@@ -84,6 +84,22 @@ def test_update_lowers_the_surrogate_loss_on_a_fixed_batch() -> None:
     assert surrogate() < -0.01
 
 
+@pytest.mark.parametrize(("kl_min_epochs", "updates"), [(0, 2), (1, 5), (2, 9)])
+def test_kl_min_epochs_delays_the_early_stop(kl_min_epochs: int, updates: int) -> None:
+    """4 minibatches per pass, a target KL any step exceeds: the first minibatch of a pass sees
+    the rollout's own policy (KL 0), the next one stops the update, unless the pass is one of the
+    first ``kl_min_epochs``, which run in full."""
+    torch.manual_seed(3)
+    model = ActorCritic(ModelConfig(max_queue=5, top_k=2))
+    rng, gen = np.random.default_rng(3), torch.Generator().manual_seed(3)
+    batch = bandit_batch(model, rng, gen, 256)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    cfg = PPOConfig(update_epochs=4, minibatch_size=64, target_kl=1e-9, kl_min_epochs=kl_min_epochs)
+    stats = ppo_update(model, opt, batch, cfg, rng)
+    assert stats["updates"] == updates
+    assert stats["kl_stop"] == 1.0
+
+
 def toy_runner(toy: BoundWorkload) -> EpisodeRunner:
     settings = EpisodeSettings(
         base_policy="fcfs", reward=RewardSpec.parse("wait"), config=SimConfig.paper(), warmup=0

@@ -49,6 +49,7 @@ def args() -> argparse.Namespace:
         learning_rate=1e-3,
         update_epochs=2,
         minibatch_size=64,
+        kl_min_epochs=1,
     )
 
 
