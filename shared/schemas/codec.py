@@ -117,12 +117,21 @@ def _with_received(message: BaseModel) -> bytes | None:
     return b"".join(parts)
 
 
+def _splices_received(message: BaseModel) -> bool:
+    """Whether ``message`` nests a message that would be spliced in as received."""
+    return any(RECEIVED.of(getattr(message, n)) is not None for n in getattr(message, "NESTED_RECEIVED", ()))
+
+
 def encode(message: BaseModel, limits: Limits = DEFAULT_LIMITS) -> bytes:
     """Compact JSON bytes; raises MessageError if the result exceeds ``limits.max_message_bytes``.
 
     A nested message that was itself received as JSON (``ReceivedJson``) is spliced in as received.
     """
     data = _with_received(message) or message.__pydantic_serializer__.to_json(message)
+    if len(data) > limits.max_message_bytes and _splices_received(message):
+        # the received bytes may be less compact than a fresh encoding (a foreign publisher's
+        # whitespace): the limit applies to what Hylo itself would send
+        data = message.__pydantic_serializer__.to_json(message)
     if len(data) > limits.max_message_bytes:
         raise MessageError(
             f"{type(message).__name__} encodes to {len(data)} bytes, more than the limit of "

@@ -432,10 +432,12 @@ def _extend_table(
     spec: ClusterSpec, node_slack: int, table: _RequestTable | None, keys: Sequence[RequestKey]
 ) -> _RequestTable:
     """``table`` (or a new one) with every key of ``keys``, kept as the table of ``spec``."""
-    if table is None or len(table.index) + len(keys) > _KEYS_KEPT:
+    if table is None:
         table = _RequestTable.empty(len(spec.node_groups))
-    index = table.index
-    new = [k for k in dict.fromkeys(keys) if k not in index]
+    new = [k for k in dict.fromkeys(keys) if k not in table.index]
+    if len(table.index) + len(new) > _KEYS_KEPT:  # start over with this queue's keys only
+        table = _RequestTable.empty(len(spec.node_groups))
+        new = list(dict.fromkeys(keys))
     table = table.extended(new, spec, node_slack)
     if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
@@ -505,13 +507,9 @@ def _bind(jobs: PendingJobs, spec: ClusterSpec, node_slack: int) -> tuple[Pendin
         )
     )
     table = _request_table(spec, node_slack)
-    try:  # one hash per job in the common case: every key known (a missing one is None: TypeError)
-        if table is None:
-            raise TypeError
-        code = np.fromiter(map(table.index.get, keys), dtype=np.int64, count=n)
-    except TypeError:
+    if table is None or not all(map(table.index.__contains__, keys)):
         table = _extend_table(spec, node_slack, table, keys)
-        code = np.fromiter(map(table.index.__getitem__, keys), dtype=np.int64, count=n)
+    code = np.fromiter(map(table.index.__getitem__, keys), dtype=np.int64, count=n)
     ok = table.ok[code]
     kept = np.flatnonzero(ok)
     excluded = tuple(

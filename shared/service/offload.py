@@ -4,9 +4,12 @@ Why not always a worker thread: handing the work to a thread and the result back
 wake-ups per message, and on a machine whose cores are busy each wake-up waits for a core (on the
 2-core bench machine under load, a median of 3 ms per hop, four hops per decision between the
 featurizer and the placer). Work on a snapshot of the openb cluster's size (1,213 nodes, about 7,000
-pending and running jobs) takes 5-10 ms, so running it on the loop delays ``/healthz`` by no more
-than that. A snapshot above ``INLINE_MAX_ROWS`` rows (pending + running jobs + nodes) goes to a
-worker thread, which keeps the loop answering while a large cluster's work takes longer.
+pending and running jobs) takes 5-10 ms in the featurizer and in the placer between bursts; a burst
+(hundreds of queued jobs placed at once) costs the placer about 30 ms, plus CP-SAT's time limit
+when that placer is configured (its solve runs in the same call). ``/healthz`` answers after that
+at worst, well inside any probe's timeout; the decision itself is not slower for it. A snapshot
+above ``INLINE_MAX_ROWS`` rows (pending + running jobs + nodes) goes to a worker thread, which
+keeps the loop answering while a large cluster's work takes longer.
 """
 
 from __future__ import annotations

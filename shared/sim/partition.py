@@ -7,7 +7,7 @@ episode on that trace paid more for it than for its simulation. Here each column
 alone (a one-dimensional ``np.unique``) and the numbers are combined column by column in mixed
 radix, renumbered after every column so they stay small: the same ids as ``classes_of`` (both
 number the distinct rows in lexicographic order), at about a sixth of the cost. The property
-tests in ``tests/sim/test_partition.py`` compare the two.
+tests in ``tests/sim/test_fast_paths.py`` compare the two.
 """
 
 from __future__ import annotations

@@ -113,6 +113,22 @@ def test_a_copy_of_a_received_matrix_is_encoded_afresh() -> None:
     assert decode(PriorityVector, data).matrix.latencies_ms == {"featurizer": 9.5}
 
 
+def test_a_padded_received_matrix_over_the_limit_is_encoded_afresh() -> None:
+    """A foreign publisher's whitespace is spliced in as received, unless that breaks the size limit."""
+    raw = encode(features())
+    padded = raw[:-1] + b" " * 4000 + b"}"
+    received = decode(FeatureMatrix, padded)
+    assert RECEIVED.of(received) == padded
+    vector = priorities(received)
+    spliced = encode(vector)
+    assert padded in spliced  # under the default limit: the bytes as received
+    fresh = vector.__pydantic_serializer__.to_json(vector)
+    limit = Limits(max_message_bytes=max(1024, len(fresh) + 10))
+    assert len(spliced) > limit.max_message_bytes >= len(fresh)
+    tight = encode(vector, limit)
+    assert padded not in tight and decode(PriorityVector, tight, limit) == vector
+
+
 def test_received_json_keeps_only_the_newest_few() -> None:
     kept = [decode(FeatureMatrix, encode(features())) for _ in range(RECEIVED.keep + 1)]
     assert RECEIVED.of(kept[0]) is None
@@ -234,6 +250,22 @@ def test_binding_per_distinct_request_is_the_per_job_rule_whatever_was_bound_bef
             assert got.groups == want.groups and got.excluded == want.excluded
             assert got.eligible.shape == want.eligible.shape and (got.eligible == want.eligible).all()
     assert 0 < len(views._TABLES[(id(spec), 0)][1].index) <= 200
+
+
+def test_request_table_keeps_known_requests_while_the_new_ones_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table starts over only when its distinct requests would pass the cap, not its jobs."""
+    spec = tiny_spec()
+    monkeypatch.setattr(views, "_KEYS_KEPT", 50)
+    monkeypatch.setattr(views, "_TABLES", {})
+    first = _random_jobs(np.random.default_rng(3), 40, spec)
+    bind_pending(first, spec, 0)
+    known = dict(views._TABLES[(id(spec), 0)][1].index)
+    assert 0 < len(known) < 50
+    # many jobs of one known request plus one new request: 2 distinct keys, well under the cap
+    unseen = first[0].model_copy(update={"job_id": "unseen", "gpus": 3})  # no random job asks for 3
+    bind_pending(PendingJobs.of([first[0]] * 400 + [unseen]), spec, 0)
+    kept = views._TABLES[(id(spec), 0)][1].index
+    assert known.keys() <= kept.keys() and len(kept) >= len(known)
 
 
 def test_node_layout_kept_from_the_last_snapshot_follows_changed_nodes() -> None:
