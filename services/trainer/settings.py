@@ -62,7 +62,12 @@ class TrainerSettings(HyloBaseSettings):
     imitation_epochs: int = Field(
         default=10, ge=0, description="imitation epochs when the cluster has no current model (0: off)"
     )
-    imitation_windows: int = Field(default=8, ge=1)
+    imitation_windows: int = Field(
+        default=128,
+        ge=1,
+        description="demonstration windows for the imitation; 128 was the fewest that reproduced FCFS on "
+        "every seed on Philly validation windows at the default epochs (docs/results/trainer.md, 1a')",
+    )
     workers: int = Field(default=1, ge=1, description="processes simulating episodes")
     seed: int = 0
     gate_windows: int = Field(default=10, ge=1, description="held-out windows the gate compares")
