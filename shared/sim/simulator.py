@@ -202,6 +202,10 @@ class Simulator:
     #: queue length above which a cycle orders only the first queued job of each order class
     #: (policies that promise an arrival order within classes: ``Policy.order_classes``)
     class_heads_queue: int = 8
+    #: with keys that move with the clock, a cycle sorts the class heads this many at a time
+    #: (the smallest keys first, more only when the visit reaches them) instead of all of them
+    #: (0: all at once)
+    head_chunk: int = 64
     #: a queue of one new arrival is tried directly, without the cycle's machinery
     lone_arrivals: bool = True
     #: an EASY reservation's caps are built only when a job that may run past its earliest
@@ -382,6 +386,7 @@ class Simulator:
         # effects beyond the clock (those that declare order classes)
         lone_arrival = self.lone_arrivals and by_class and batch_placer is None and not record_reservations
         bucket_queue = self.class_heads_queue
+        head_chunk = self.head_chunk
         job_bucket: list[int] = []
         bucket_jobs: list[list[int]] = []  # per class, its jobs that arrived, in arrival order
         bucket_head: list[int] = []  # per class, the position of its first queued job
@@ -933,6 +938,61 @@ class Simulator:
                 call_ms.append(res.wall_s * 1e3)
             return {r.job_id: d.alloc for r, d in zip(batch, res.decisions, strict=True)}
 
+        def first_in_order(at: I64, hk: FloatArray, hj: I64) -> int:
+            """The entry of ``at`` that ``np.lexsort((hj, hk))`` puts first: the smallest key
+            (NaN after every number), then the smallest job."""
+            k_at = hk[at]
+            num = ~np.isnan(k_at)
+            if num.any():
+                at = at[k_at == k_at[num].min()]
+            return int(at[np.argmin(hj[at])])
+
+        def list_heads(
+            src: list[tuple[float, int, int, int]],
+            rest: tuple[I64, I64, FloatArray] | None,
+            want: int,
+        ) -> tuple[I64, I64, FloatArray] | None:
+            """Append to ``src`` the next heads of ``rest`` (classes, jobs, keys, not yet listed)
+            in (key, job) order, at least ``want`` of them unless fewer are left, and return
+            those left. The entries appended are the ones ``np.lexsort((jobs, keys))`` of all
+            of ``rest`` puts first, in its order: every key up to the ``want``-th smallest
+            comes before every larger key and every NaN (which sorts last), and of the heads
+            with the ``want``-th smallest key, those of the smallest jobs come first."""
+            if rest is None:
+                return None
+            act, hj, hk = rest
+            if len(hk) > want:
+                edge = np.partition(hk, want - 1)[want - 1]
+                if not np.isnan(edge):
+                    take = hk < edge
+                    tied = np.flatnonzero(hk == edge)
+                    room = want - int(np.count_nonzero(take))  # at least 1
+                    if len(tied) > room:
+                        # integer keys (Slurm priorities) tie by the thousand: of the tied
+                        # heads only the ``room`` smallest jobs, which come first
+                        cut = np.partition(hj[tied], room - 1)[room - 1]
+                        tied = tied[hj[tied] <= cut]
+                    take[tied] = True
+                    sel = np.flatnonzero(take)
+                    left = ~take
+                    rest = (act[left], hj[left], hk[left])
+                    act, hj, hk = act[sel], hj[sel], hk[sel]
+                else:
+                    rest = None
+            else:
+                rest = None
+            srt = np.lexsort((hj, hk))
+            src.extend(
+                zip(
+                    hk[srt].tolist(),
+                    hj[srt].tolist(),
+                    act[srt].tolist(),
+                    head_pos[act[srt]].tolist(),
+                    strict=True,
+                )
+            )
+            return rest if rest is not None and len(rest[0]) else None
+
         def class_heads_cycle(
             now: float,
             shape_blocked: set[int],
@@ -957,6 +1017,10 @@ class Simulator:
             firsts: dict[int, tuple[float, int, int, int]] = {}
             # entries of the order whose shape is not retired whole: the visit ends at 0
             in_order: dict[int, int] = {}
+            # heads not yet listed in source ``lazy_src`` (keys that move with the clock)
+            lazy_rest: tuple[I64, I64, FloatArray] | None = None
+            lazy_src = -1
+            lazy_want = head_chunk
             if heads.sorted:
                 for k, lst in heads.by_shape.items():
                     if k in shape_blocked:
@@ -973,21 +1037,20 @@ class Simulator:
                 act = np.flatnonzero(head_np >= 0)
                 hj = head_np[act]
                 hk = policy.keys(hj, now)
-                srt = np.lexsort((hj, hk))
                 if shape_blocked:
-                    # split in numpy: heads of blocked shapes only give the first head (by key,
-                    # then job) per class of eligible groups, in the order they come; only the
-                    # others are listed, a few dozen of a few hundred heads
+                    # heads of blocked shapes only give the first head (by key, then job) per
+                    # class of eligible groups, in that order; only the others are listed
                     blocked_shape = np.zeros(n_shapes, dtype=bool)
                     blocked_shape[list(shape_blocked)] = True
-                    hs = shape_np[hj[srt]]
-                    bm = blocked_shape[hs]
-                    b_srt = srt[bm]
-                    if len(b_srt):
-                        gcs = shape_gclass_np[hs[bm]]
-                        at = [int((gcs == gc).argmax()) for gc in np.flatnonzero(np.bincount(gcs)).tolist()]
-                        at.sort()
-                        fb = b_srt[at]
+                    bm = blocked_shape[shape_np[hj]]
+                    b_at = np.flatnonzero(bm)
+                    if len(b_at):
+                        gcs = shape_gclass_np[shape_np[hj[b_at]]]
+                        fb_l = []
+                        for gc in np.flatnonzero(np.bincount(gcs)).tolist():
+                            fb_l.append(first_in_order(b_at[gcs == gc], hk, hj))
+                        fb = np.array(fb_l, dtype=np.int64)
+                        fb = fb[np.lexsort((hj[fb], hk[fb]))]
                         for e0 in zip(
                             hk[fb].tolist(),
                             hj[fb].tolist(),
@@ -996,16 +1059,27 @@ class Simulator:
                             strict=True,
                         ):
                             firsts[shape_gclass[shape[e0[1]]]] = e0
-                    srt = srt[~bm]
-                src = list(
-                    zip(
-                        hk[srt].tolist(),
-                        hj[srt].tolist(),
-                        act[srt].tolist(),
-                        head_pos[act[srt]].tolist(),
-                        strict=True,
+                        keep = ~bm
+                        act, hj, hk = act[keep], hj[keep], hk[keep]
+                src: list[tuple[float, int, int, int]]
+                if head_chunk and len(act) > 2 * head_chunk:
+                    # listed lazily: the visit often ends after a few heads (a committed head
+                    # that does not fit, or a queue whose jobs all start), so only the
+                    # smallest keys are sorted; the list grows when the visit reaches its end
+                    src = []
+                    lazy_rest = list_heads(src, (act, hj, hk), lazy_want)
+                    lazy_src = 0 if lazy_rest is not None else -1
+                else:
+                    srt = np.lexsort((hj, hk))
+                    src = list(
+                        zip(
+                            hk[srt].tolist(),
+                            hj[srt].tolist(),
+                            act[srt].tolist(),
+                            head_pos[act[srt]].tolist(),
+                            strict=True,
+                        )
                     )
-                )
                 if src:
                     e0 = src[0]
                     order.append((e0[0], e0[1], e0[2], e0[3], 0, 0))
@@ -1037,6 +1111,11 @@ class Simulator:
                 _, j, b, h, si, ix = heapq.heappop(order)
                 if si >= 0:  # the source's next entry takes its place
                     lst = srcs[si]
+                    if si == lazy_src and ix + 1 == len(lst):
+                        lazy_want *= 2  # a long visit: list more heads at a time
+                        lazy_rest = list_heads(lst, lazy_rest, lazy_want)
+                        if lazy_rest is None:
+                            lazy_src = -1
                     if ix + 1 < len(lst):
                         e1 = lst[ix + 1]
                         heapq.heappush(order, (e1[0], e1[1], e1[2], e1[3], si, ix + 1))
