@@ -18,8 +18,6 @@ import numpy as np
 import pytest
 import torch
 
-from shared.domain.cluster import parse_cluster_spec
-from shared.domain.jobs import build_table
 from shared.imitation import ImitationConfig, agreement, collect_base, imitate
 from shared.imitation.fit import inputs_used, prune_inputs, shrink_inputs
 from shared.metrics import chronological_split, make_windows
@@ -27,16 +25,13 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric
 from shared.rl.setup import RunSetup
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.sim.binding import BoundWorkload
+from tests.imitation.conftest import bound_on_small_cluster, small_cluster_jobs
 
 
 def bursty_workload(n_jobs: int = 1200, seed: int = 0, load: float = 1.2) -> BoundWorkload:
     """16 GPUs; bursts of 1-6 jobs, 0-3 s apart, bursts Poisson at ``load`` x 16 GPUs."""
-    groups = [{"name": "g0", "gpu_type": "V100", "count": 4, "gpus": 4, "cpus": 64, "mem_gib": 512}]
-    spec = parse_cluster_spec({"name": "small-16", "node_groups": groups}, "test")
-    rng = np.random.default_rng(seed)
-    gpus = rng.choice([1, 1, 2, 4, 8], size=n_jobs)
-    runtime = np.round(np.exp(rng.normal(6.0, 1.2, size=n_jobs)) + 10)
+    rng, gpus, runtime = small_cluster_jobs(n_jobs, seed)
     burst_of = np.repeat(np.arange(n_jobs), rng.integers(1, 7, size=n_jobs))[:n_jobs]
     n_bursts = int(burst_of[-1]) + 1
     rate = load * 16 / float(np.mean(gpus * runtime)) / (n_jobs / n_bursts)
@@ -45,15 +40,7 @@ def bursty_workload(n_jobs: int = 1200, seed: int = 0, load: float = 1.2) -> Bou
         [np.cumsum(rng.integers(0, 4, size=int((burst_of == b).sum()))) for b in range(n_bursts)]
     )
     submit = np.maximum.accumulate(np.round(burst_start[burst_of]) + within)
-    estimate = np.round(runtime * rng.uniform(1.0, 3.0, size=n_jobs))
-    table = build_table(
-        ids=[f"j{k}" for k in range(n_jobs)],
-        submit=submit.tolist(),
-        runtime=runtime.tolist(),
-        estimate=estimate.tolist(),
-        gpus=gpus.tolist(),
-    )
-    return bind_jobs(table, spec)
+    return bound_on_small_cluster(rng, gpus, runtime, submit)
 
 
 def test_shrink_inputs_is_the_group_lasso_proximal_step() -> None:

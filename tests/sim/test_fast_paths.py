@@ -116,25 +116,33 @@ def test_columns_are_cached_per_workload_and_rebuilt_for_new_jobs() -> None:
     assert simulator_module._columns(bound) is not again
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario=scenarios(), policy=st.sampled_from(["fcfs", "sjf", "wfp3", "multifactor"]))
-def test_light_replay_gives_the_plain_schedule(scenario: Scenario, policy: str) -> None:
-    """Eager reservations (every one replayed, none bounded) with and without the light replay:
-    the same starts and placements."""
+def _assert_switch_keeps_schedule(scenario: Scenario, policy: str, switch: str, replay_all: bool) -> None:
+    """The simulator with ``switch`` off and on: the same starts, placements, groups and reservation
+    times (every reservation computed when it is taken: ``record_reservations``). ``replay_all``
+    turns the overlay and release-profile shortcuts off, so every reservation is a replay."""
     bound = scenario.bind()
     cfg = SimConfig(backfill="easy", node_slack=scenario.node_slack)
     runs, groups, reserved = [], [], []
-    for light in (False, True):
+    for on in (False, True):
         sim = Simulator(bound, make_policy(policy), cfg)
-        sim.overlay_reservations = sim.node_release_profiles = False  # every reservation replays
-        sim.light_replay = light
+        if replay_all:
+            sim.overlay_reservations = sim.node_release_profiles = False
+        setattr(sim, switch, on)
         runs.append(sim.run(record_reservations=True))
         groups.append(sim.job_group)
         reserved.append(sim.first_reservation)
     np.testing.assert_array_equal(runs[0].start, runs[1].start)
     np.testing.assert_array_equal(runs[0].nodes_used, runs[1].nodes_used)
     np.testing.assert_array_equal(groups[0], groups[1])
-    np.testing.assert_array_equal(reserved[0], reserved[1])  # the reservation times too
+    np.testing.assert_array_equal(reserved[0], reserved[1])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(), policy=st.sampled_from(["fcfs", "sjf", "wfp3", "multifactor"]))
+def test_light_replay_gives_the_plain_schedule(scenario: Scenario, policy: str) -> None:
+    """Eager reservations (every one replayed, none bounded) with and without the light replay:
+    the same starts and placements."""
+    _assert_switch_keeps_schedule(scenario, policy, "light_replay", replay_all=True)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,19 +151,7 @@ def test_direct_gang_plans_give_the_placer_plans(scenario: Scenario, policy: str
     """Reservations of whole-node gangs planned from the arrays (``whole_node_plan``) against the
     scratch copy and the placer's gang walk: the same starts, placements and reservation times,
     with every reservation computed when it is taken (``record_reservations``)."""
-    bound = scenario.bind()
-    cfg = SimConfig(backfill="easy", node_slack=scenario.node_slack)
-    runs, groups, reserved = [], [], []
-    for direct in (False, True):
-        sim = Simulator(bound, make_policy(policy), cfg)
-        sim.direct_gang_plans = direct
-        runs.append(sim.run(record_reservations=True))
-        groups.append(sim.job_group)
-        reserved.append(sim.first_reservation)
-    np.testing.assert_array_equal(runs[0].start, runs[1].start)
-    np.testing.assert_array_equal(runs[0].nodes_used, runs[1].nodes_used)
-    np.testing.assert_array_equal(groups[0], groups[1])
-    np.testing.assert_array_equal(reserved[0], reserved[1])
+    _assert_switch_keeps_schedule(scenario, policy, "direct_gang_plans", replay_all=False)
 
 
 def test_whole_node_gang_reservation_takes_the_lowest_whole_nodes() -> None:
