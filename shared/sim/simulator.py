@@ -1061,25 +1061,15 @@ class Simulator:
                             firsts[shape_gclass[shape[e0[1]]]] = e0
                         keep = ~bm
                         act, hj, hk = act[keep], hj[keep], hk[keep]
-                src: list[tuple[float, int, int, int]]
+                src: list[tuple[float, int, int, int]] = []
                 if head_chunk and len(act) > 2 * head_chunk:
                     # listed lazily: the visit often ends after a few heads (a committed head
                     # that does not fit, or a queue whose jobs all start), so only the
                     # smallest keys are sorted; the list grows when the visit reaches its end
-                    src = []
                     lazy_rest = list_heads(src, (act, hj, hk), lazy_want)
                     lazy_src = 0 if lazy_rest is not None else -1
                 else:
-                    srt = np.lexsort((hj, hk))
-                    src = list(
-                        zip(
-                            hk[srt].tolist(),
-                            hj[srt].tolist(),
-                            act[srt].tolist(),
-                            head_pos[act[srt]].tolist(),
-                            strict=True,
-                        )
-                    )
+                    list_heads(src, (act, hj, hk), len(act))  # every head, one full sort
                 if src:
                     e0 = src[0]
                     order.append((e0[0], e0[1], e0[2], e0[3], 0, 0))
