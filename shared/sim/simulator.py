@@ -609,13 +609,7 @@ class Simulator:
             gs0 = st.groups[g]
             G = gs0.G
             k = need // G
-            whole, cpus, mems = gs0.whole.copy(), gs0.cpu.copy(), gs0.mem.copy()
-            if changes:
-                idx = np.fromiter(changes, dtype=np.int64, count=len(changes))
-                vals = np.array(list(changes.values()), dtype=np.int64)
-                whole[idx] = vals[:, 0]
-                cpus[idx] = vals[:, 1]
-                mems[idx] = vals[:, 2]
+            whole, cpus, mems = gs0.free_with(changes)
             usable = whole
             if c_:
                 usable = np.minimum(usable, cpus * need // c_)

@@ -139,6 +139,19 @@ class GroupState:
         other.node_partial = {i: list(v) for i, v in self.node_partial.items()}
         return other
 
+    def free_with(self, changes: dict[int, list[int]]) -> tuple[I64, I64, I64]:
+        """Copies of the free whole GPUs, milli-CPUs and MiB per node with the [whole, cpu, mem]
+        of ``changes`` written in (node -> values), all at once: the arrays of an overlay, for
+        callers that read them without building the group."""
+        whole, cpu, mem = self.whole.copy(), self.cpu.copy(), self.mem.copy()
+        if changes:
+            idx = np.fromiter(changes, dtype=np.int64, count=len(changes))
+            vals = np.array(list(changes.values()), dtype=np.int64)
+            whole[idx] = vals[:, 0]
+            cpu[idx] = vals[:, 1]
+            mem[idx] = vals[:, 2]
+        return whole, cpu, mem
+
     def overlaid(self, changes: dict[int, list[int]]) -> GroupState:
         """A copy with the free [whole GPUs, milli-CPUs, MiB] of some nodes replaced (a
         reservation's scratch state): the same as ``copy`` then ``set_free`` per node, with the
@@ -153,15 +166,9 @@ class GroupState:
             return other
         other = GroupState.__new__(GroupState)
         other.index, other.n, other.G = self.index, self.n, self.G
-        other.whole, other.cpu, other.mem = self.whole.copy(), self.cpu.copy(), self.mem.copy()
+        other.whole, other.cpu, other.mem = self.free_with(changes)
         other.gfree = other.maxfrac = other.partial = None
         other.node_partial = {}
-        if changes:
-            idx = np.fromiter(changes, dtype=np.int64, count=len(changes))
-            vals = np.array(list(changes.values()), dtype=np.int64)
-            other.whole[idx] = vals[:, 0]
-            other.cpu[idx] = vals[:, 1]
-            other.mem[idx] = vals[:, 2]
         bucket: list[list[int]] = [[] for _ in range(self.G + 1)]
         for i, w in enumerate(other.whole.tolist()):
             bucket[w].append(i)
