@@ -116,7 +116,8 @@ def main() -> None:
         # the deciding placer: its own copies of the snapshot and of the matrix, decoded ahead
         snap_p = timed("decode the snapshot ahead", lambda: decode(QueueSnapshot, raw, limits))
         prepared = timed("prepare the snapshot", lambda: placer.prepare(snap_p))
-        timed("decode the matrix ahead", lambda: decode(FeatureMatrix, matrix_raw, limits))
+        # as ``shared.bus.ahead.DecodeAhead`` does: decode, then build the rows the placer reads
+        timed("decode the matrix ahead", lambda: decode(FeatureMatrix, matrix_raw, limits).warm())
         vector_p = timed("decode the vector", lambda: decode(PriorityVector, vector_raw, limits))
         decision: Any = timed("place", lambda: placer.handle(vector_p, snap_p, None, prepared))
         decision = with_wait(decision, "place", 0.0)

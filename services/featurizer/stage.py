@@ -128,7 +128,7 @@ class FeaturizerStage:
             "feature_schema_hash": self.schema_hash,
             "jobs": snapshot.pending.take(views.rows),
             "columns": MATRIX_COLUMNS,
-            "values": tuple(map(tuple, rows.tolist())),
+            "values": rows,  # packed as it is, not as 18,000 Python floats (``shared.schemas.packed``)
             "cluster_columns": CLUSTER_FEATURES,
             "cluster_values": tuple(values.cluster.tolist()),
             "excluded": views.excluded,

@@ -346,7 +346,7 @@ class PrioritizerStage:
         missing += [f"cluster {c}" for c in CLUSTER_FEATURES if c not in cluster_cols]
         if missing:
             raise _Unusable(f"the feature matrix lacks columns the model needs: {', '.join(missing)}")
-        table = np.array([matrix.values[r] for r in head.tolist()], dtype=np.float64).reshape(len(head), -1)
+        table = matrix.values.array[head].reshape(len(head), -1)  # the packed values, no Python floats
         job = table[:, [columns[c] for c in JOB_FEATURES]]
         ways = table[:, columns[WAYS_COLUMN]]
         cluster = np.asarray(matrix.cluster_values, dtype=np.float64)[

@@ -97,7 +97,10 @@ class DecodeAhead(Generic[M]):
             cluster = next(iter(self._waiting))
             data = self._waiting.pop(cluster)
             try:
-                decode(self.model, data, self.limits)
+                message = decode(self.model, data, self.limits)
+                warm = getattr(message, "warm", None)
+                if callable(warm):  # what the handler would otherwise build on the path
+                    warm()
             except MessageError as err:  # the consumer of the nesting message reports it
                 self.stats.invalid += 1
                 log.debug("%s of %s decoded ahead is invalid: %s", self.kind, cluster, err.reason)

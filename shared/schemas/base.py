@@ -16,9 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: the version written by this build; bump it when a field changes meaning or shape. Version 2 sent a
 #: snapshot's running jobs and nodes as columns; version 3 sends every big collection as columns
 #: (pending jobs, a running job's nodes flat, a decision's placements: ``shared.schemas.columns``).
-#: Older versions are not read: reading several would cost the fast decoding they exist for.
-SCHEMA_VERSION = 3
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({3})
+#: Version 4 sends a FeatureMatrix's ``values`` as packed float64 (``shared.schemas.packed``); the
+#: version-3 form of that field (rows of JSON numbers) is still read, every other field is the same,
+#: so version 3 is still read. Older versions are not: reading them would cost the fast decoding
+#: they were replaced for.
+SCHEMA_VERSION = 4
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from pydantic import BaseModel, PrivateAttr
 
 from shared.schemas.base import JOB_ID_FORBIDDEN, Strict
+from shared.schemas.packed import FloatRows
 
 R = TypeVar("R", bound=BaseModel)
 C = TypeVar("C", bound="Columns[Any]")
@@ -63,7 +64,13 @@ def require_unique(name: str, values: Sequence[str] | Iterable[str]) -> None:
 
 
 def pick(column: Sequence[Any], index: Sequence[int]) -> tuple[Any, ...]:
-    """``column``'s entries at ``index``, as a tuple (``itemgetter`` does it at C speed)."""
+    """``column``'s entries at ``index``, as a tuple (``itemgetter`` does it at C speed).
+
+    A ``FloatRows`` table is gathered from its row tuples (built once), not row by row through its
+    Python-level ``__getitem__``.
+    """
+    if isinstance(column, FloatRows):
+        column = column.rows()
     if len(index) == 1:
         return (column[index[0]],)
     return itemgetter(*index)(column) if index else ()

@@ -36,6 +36,7 @@ from shared.schemas.base import (
 )
 from shared.schemas.columns import FlatNodeColumns, require_unique
 from shared.schemas.limits import check_count, limits_of
+from shared.schemas.packed import FloatTable
 from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJobs, QueueSnapshot
 
 MAX_FEATURES = 64
@@ -89,7 +90,9 @@ class FeatureMatrix(Message):
     )
     jobs: PendingJobs = Field(description="the featurized pending jobs, as the snapshot reported them")
     columns: tuple[FeatureName, ...] = Field(max_length=MAX_FEATURES)
-    values: tuple[tuple[FiniteFloat, ...], ...] = Field(max_length=HARD_MAX_ITEMS)
+    values: FloatTable = Field(
+        description="one row per job, one value per column; packed float64 (``shared.schemas.packed``)"
+    )
     cluster_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
     cluster_values: tuple[FiniteFloat, ...] = Field(default=(), max_length=MAX_FEATURES)
     excluded: tuple[ExcludedJob, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -104,9 +107,11 @@ class FeatureMatrix(Message):
 
     @model_validator(mode="after")
     def _shapes(self) -> FeatureMatrix:
-        if len(self.values) != len(self.jobs):
-            raise ValueError(f"values has {len(self.values)} rows, expected one per job ({len(self.jobs)})")
-        _check_width("values", self.values, len(self.columns), "columns")
+        rows, width = self.values.shape
+        if rows != len(self.jobs):
+            raise ValueError(f"values has {rows} rows, expected one per job ({len(self.jobs)})")
+        if rows and width != len(self.columns):
+            raise ValueError(f"values rows have {width} entries, expected {len(self.columns)} (columns)")
         if len(self.cluster_values) != len(self.cluster_columns):
             raise ValueError(
                 f"cluster_values has {len(self.cluster_values)} entries, "
@@ -118,6 +123,11 @@ class FeatureMatrix(Message):
     def job_ids(self) -> tuple[str, ...]:
         """The featurized jobs' ids, in row order."""
         return self.jobs.job_id
+
+    def warm(self) -> None:
+        """Build the row tuples of ``values`` now (``shared.bus.ahead`` calls it while the matrix waits
+        for its vector, so the placer's reading of rows costs nothing on the path)."""
+        self.values.rows()
 
 
 class PriorityVector(Message):
@@ -256,7 +266,8 @@ class PlacementDecision(Message):
     placer_status: Name | None = Field(
         default=None,
         description="how CP-SAT decided: OPTIMAL, FEASIBLE, TIMEOUT_FALLBACK or ERROR_FALLBACK (best-fit "
-        "decided), NOTHING_FITS (no job could start: no solve); None with best-fit",
+        "decided), NOTHING_FITS (no job could start: no solve), ALL_FIT (best-fit started the whole "
+        "batch on its fewest nodes: no solve); None with best-fit",
     )
     latencies_ms: StageLatencies = Field(default_factory=dict)
 

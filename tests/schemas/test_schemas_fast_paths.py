@@ -8,7 +8,9 @@ and a failure still names the row at fault.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -87,8 +89,11 @@ def test_a_share_on_several_gpus_is_refused_naming_the_row() -> None:
 
 def test_a_matrix_row_of_the_wrong_width_is_named() -> None:
     doc = json.loads(encode(features()))
+    doc["values"] = [list(row) for row in features().values]  # the version-3 form: rows of numbers
     doc["values"][2] = [0.1]
-    assert "values row 2 has 1 entries, expected 2 (columns)" in reason(doc, FeatureMatrix)
+    assert "values: Value error, float table row 2 has 1 entries, expected 2" in reason(doc, FeatureMatrix)
+    doc["values"] = [[0.1]] * len(doc["values"])  # every row one entry short of the columns
+    assert "values rows have 1 entries, expected 2 (columns)" in reason(doc, FeatureMatrix)
 
 
 def test_a_vector_re_sends_its_received_matrix_byte_for_byte() -> None:
@@ -176,7 +181,12 @@ def test_a_vector_that_differs_anywhere_is_decoded_whole() -> None:
     raw = encode(features())
     decode(FeatureMatrix, raw)
     data = encode(priorities(decode(FeatureMatrix, raw)))
-    changed = data.replace(b'"values":[[0.0,0.5]', b'"values":[[0.25,0.5]')
+
+    def head(row: tuple[float, float]) -> bytes:  # the packed values' first 15 bytes: 20 characters
+        return b'"base64":"' + base64.b64encode(struct.pack("<2d", *row)[:15])
+
+    assert head((0.0, 0.5)) in data
+    changed = data.replace(head((0.0, 0.5)), head((0.25, 0.5)), 1)
     assert changed != data
     assert decode(PriorityVector, changed).matrix.values[0] == (0.25, 0.5)
     doc = json.loads(data)
