@@ -30,7 +30,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from services.placer.settings import PlacerServiceSettings
-from services.placer.stage import PlacerStage
+from services.placer.stage import SERVICE_SETTINGS, PlacerStage
 from shared.bus.ahead import DecodeAhead
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
@@ -79,7 +79,8 @@ class KnownJobs:
 
 async def build(ctx: ServiceContext) -> Wiring:
     settings = PlacerServiceSettings()
-    stage = PlacerStage(ctx.specs, placement=settings.placement)
+    placer_settings = SERVICE_SETTINGS.model_copy(update={"solve_when_all_fit": settings.cpsat_always_solve})
+    stage = PlacerStage(ctx.specs, placement=settings.placement, settings=placer_settings)
     engine = ctx.engine
     assert engine is not None, "the placer needs the database (needs_store=True)"
     latency = ctx.metrics.decision_seconds

@@ -10,7 +10,7 @@ from shared.config import HyloBaseSettings
 
 
 class PlacerServiceSettings(HyloBaseSettings):
-    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``."""
+    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``, ``HYLO_CPSAT_ALWAYS_SOLVE``."""
 
     placement: Literal["best-fit", "cp-sat"] = Field(
         default="cp-sat", description="CP-SAT over the top K jobs, or best-fit in priority order"
@@ -27,4 +27,10 @@ class PlacerServiceSettings(HyloBaseSettings):
         le=64,
         description="recent snapshots kept in memory per cluster (a deciding placer receives every "
         "snapshot as it is published; older ones are read from the snapshots stream)",
+    )
+    cpsat_always_solve: bool = Field(
+        default=False,
+        description="solve the CP-SAT batch even when best-fit starts all of it on its fewest nodes "
+        "(by default such a decision is best-fit's, status ALL_FIT: the solve could then only improve "
+        "fragmentation and look-ahead, at 12-18 ms on a busy 1,213-node cluster)",
     )

@@ -8,14 +8,16 @@ also get ``nodes`` (names from the snapshot) and ``mode``.
 (``shared.schemas.snapshot_state``); the jobs are then walked in rank order, as one scheduling
 cycle of the simulator under EASY backfill (``shared.sim.simulator``), on that state:
 
-- a job that fits starts: best-fit's nodes (``shared.sim.placement.BestFit``), or, with
+- a job that fits starts: best-fit's nodes (``shared.sim.placement.BestFit``'s choice, made on the
+  walk's own copy of the free resources, ``shared.placement.walk.WalkState``), or, with
   ``placement="cp-sat"``, the nodes ``CpSatPlacer.place_batch`` chose for the top K startable jobs
-  (plus ``lookahead`` next ones) when they still fit; a job of that batch CP-SAT chose not to start
-  is held back although it fits (CP-SAT keeps the priority order among its batch, see
-  ``docs/placement.md``). The batch is solved before the walk and knows nothing of reservations:
-  once one of its allocations is ruled out (a reservation's nodes, or no longer room), its choices
-  not to start jobs no longer hold and best-fit decides the rest. If the solve fails, best-fit
-  decides and ``placer_status`` says so;
+  (plus ``lookahead`` next ones) when they still fit (with the service's settings no solve when
+  best-fit starts that batch whole: status ALL_FIT, ``SERVICE_SETTINGS``); a job of that batch
+  CP-SAT chose not to start is held back although it fits (CP-SAT keeps the priority order among
+  its batch, see ``docs/placement.md``). The batch is solved before the walk and knows nothing of
+  reservations: once one of its allocations is ruled out (a reservation's nodes, or no longer
+  room), its choices not to start jobs no longer hold and best-fit decides the rest. If the solve
+  fails, best-fit decides and ``placer_status`` says so;
 - the highest-ranked job of a pool of node groups that cannot start (resources only) gets an EASY
   **reservation** (one per disjoint pool, as the simulator's default): the estimated time ``T`` it
   could start and the nodes it would take then (``JobPlacement.reserved_s`` records ``T``). A
@@ -46,10 +48,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +61,7 @@ from pydantic import ValidationError
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
+from shared.placement.walk import NeedsFallback, WalkState
 from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
@@ -65,14 +69,19 @@ from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
-from shared.sim.placement import BestFit, Caps, alloc_fits
+from shared.sim.placement import BIG, BestFit
 from shared.sim.state import Alloc, ClusterState, GroupState
 
-__all__ = ["Decided", "PlacerStage", "Reservation", "rank_order"]
+__all__ = ["SERVICE_SETTINGS", "Decided", "PlacerStage", "Reservation", "rank_order"]
 
 log = logging.getLogger("hylo.placer")
 
 Placement = Literal["best-fit", "cp-sat"]
+#: the placer service's CP-SAT settings: no solve when best-fit starts the whole batch on its fewest
+#: nodes (status ALL_FIT; ``PlacerSettings.solve_when_all_fit``). Why: on a burst (hundreds of
+#: pending jobs that fit) that solve alone costs 12-16 ms of a 50 ms budget and can then only change
+#: fragmentation and look-ahead; measured in ``docs/results/placement.md`` (latency section)
+SERVICE_SETTINGS = PlacerSettings(solve_when_all_fit=False)
 INF = math.inf
 
 
@@ -83,8 +92,9 @@ def rank_order(priorities: npt.ArrayLike, submit: npt.ArrayLike) -> npt.NDArray[
     return np.lexsort((np.arange(len(p)), s, -p)).astype(np.int64)
 
 
-@dataclass(frozen=True)
-class _Job:
+class _Job(NamedTuple):
+    """One pending job as the walk sees it (a tuple: 1,024 of them are built per decision)."""
+
     row: int
     gpus: int
     milli: int
@@ -101,12 +111,15 @@ class _Job:
 
 @dataclass
 class Reservation:
-    """An EASY reservation: ``row`` may start at ``when`` on ``nodes`` (group -> node indices)."""
+    """An EASY reservation: ``row`` may start at ``when`` on ``nodes`` (group -> node indices).
+
+    ``blocked``: the same nodes as sets, which a job running past ``when`` may not touch at all.
+    """
 
     row: int
     when: float
     nodes: dict[int, list[int]]
-    caps: dict[int, Caps] = field(default_factory=dict)
+    blocked: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,26 +174,6 @@ class _Scratch:
         self.groups: list[GroupState | None] = [None] * n_groups
 
 
-def _blocking_caps(n: int, nodes: Sequence[int]) -> Caps:
-    """Caps that forbid any use of ``nodes`` (-1: even a request of nothing fails there)."""
-    cap = Caps.unlimited(n)
-    for i in nodes:
-        cap.whole[i] = cap.cpu[i] = cap.mem[i] = -1
-        cap.block_shares(i)
-    return cap
-
-
-def _merge_caps(a: Caps, b: Caps) -> Caps:
-    out = Caps(
-        np.minimum(a.whole, b.whole),
-        np.minimum(a.cpu, b.cpu),
-        np.minimum(a.mem, b.mem),
-        a.frac_blocked | b.frac_blocked,
-    )
-    out.frac_blocked_set = a.frac_blocked_set | b.frac_blocked_set
-    return out
-
-
 @dataclass(frozen=True, eq=False)
 class _Free:
     """Free resources per node slot (``NodeLayout``'s order) at one moment of a replay."""
@@ -222,7 +215,12 @@ class _Replay:
     """
 
     def __init__(
-        self, base: _ReplayBase, groups: tuple[int, ...], started: list[tuple[_Job, Alloc]], now: float
+        self,
+        base: _ReplayBase,
+        groups: tuple[int, ...],
+        started: list[tuple[_Job, Alloc]],
+        now: float,
+        free_now: tuple[npt.NDArray[np.int64], ...] | None = None,
     ) -> None:
         ss = base.ss
         lay = ss.layout
@@ -238,21 +236,34 @@ class _Replay:
         self.milli = ent.milli[sel]
         self.total_w = np.bincount(self.slot, weights=self.weight, minlength=n)
         self.total_n = np.bincount(self.slot, minlength=n)
+        self.by_weight = self.total_w > 0
+        self.by_count = ~self.by_weight
+        self.count_div = np.maximum(self.total_n[self.by_count], 1)
+        self.any_job = self.total_n > 0
+        # the entries are sorted by end (``RunningEntries``), so the jobs ended by t are a prefix;
+        # the shares among them, apart, for the largest-share bookkeeping
+        shares = np.flatnonzero(self.milli > 0)
+        self.m_time, self.m_slot, self.m_milli = self.time[shares], self.slot[shares], self.milli[shares]
         self.cap = base.cap
         self.cap_share = base.cap_share
         self.used = base.used
         self.usable = base.usable
-        # the free state now (after this decision's starts)
-        st = ss.state.groups
-        self.now_whole = np.concatenate([gs.whole for gs in st])
-        self.now_cpu = np.concatenate([gs.cpu for gs in st])
-        self.now_mem = np.concatenate([gs.mem for gs in st])
-        self.now_share = np.concatenate(
-            [
-                gs.maxfrac if gs.maxfrac is not None else np.where(gs.whole > 0, WHOLE_GPU_MILLI, 0)
-                for gs in st
-            ]
-        )
+        # the free state now (after this decision's starts): ``free_now`` (the walk's
+        # ``WalkState.free_arrays``) or ``ss.state``'s groups
+        if free_now is None:
+            st = ss.state.groups
+            free_now = (
+                np.concatenate([gs.whole for gs in st]),
+                np.concatenate([gs.cpu for gs in st]),
+                np.concatenate([gs.mem for gs in st]),
+                np.concatenate(
+                    [
+                        gs.maxfrac if gs.maxfrac is not None else np.where(gs.whole > 0, WHOLE_GPU_MILLI, 0)
+                        for gs in st
+                    ]
+                ),
+            )
+        self.now_whole, self.now_cpu, self.now_mem, self.now_share = free_now
         # this decision's starts in these groups: one row per (job, node)
         rows = [
             (
@@ -273,27 +284,32 @@ class _Replay:
         self.s_res = arr[:, 2:5].astype(np.int64)
         self.s_milli = arr[:, 5].astype(np.int64)
         self.n = n
-        self.times = np.unique(np.concatenate((self.time, self.s_time)))
+        t = self.time
+        if len(self.s_time) or not len(t) or np.isnan(t[-1]):
+            self.times = np.unique(np.concatenate((t, self.s_time)))
+        else:  # already sorted (``RunningEntries``): the distinct values without a sort
+            self.times = t[np.concatenate(([True], t[1:] != t[:-1]))]
 
     def free_at(self, t: float) -> _Free:
         n = self.n
-        done = self.time <= t
-        slot = self.slot[done]
+        k = int(np.searchsorted(self.time, t, side="right"))  # entries ended by t: a prefix
+        slot = self.slot[:k]
         rel_n = np.bincount(slot, minlength=n)
-        rel_w = np.bincount(slot, weights=self.weight[done], minlength=n)
-        rel_whole = np.bincount(slot, weights=self.whole[done], minlength=n).astype(np.int64)
-        all_done = (rel_n == self.total_n) & (self.total_n > 0)
+        rel_w = np.bincount(slot, weights=self.weight[:k], minlength=n)
+        rel_whole = np.bincount(slot, weights=self.whole[:k], minlength=n).astype(np.int64)
+        all_done = (rel_n == self.total_n) & self.any_job
         frac = np.zeros(n)
-        np.divide(rel_w, self.total_w, out=frac, where=self.total_w > 0)
-        by_count = self.total_w <= 0
-        frac[by_count] = rel_n[by_count] / np.maximum(self.total_n[by_count], 1)
+        np.divide(rel_w, self.total_w, out=frac, where=self.by_weight)
+        by_count = self.by_count
+        frac[by_count] = rel_n[by_count] / self.count_div
         used = self.used
         back_w = np.where(all_done, used[0], np.minimum(rel_whole, used[0]))
         back_c = np.where(all_done, used[1], np.floor(used[1] * frac).astype(np.int64))
         back_m = np.where(all_done, used[2], np.floor(used[2] * frac).astype(np.int64))
         share = self.now_share.copy()
-        if done.any():
-            np.maximum.at(share, slot, self.milli[done])
+        km = int(np.searchsorted(self.m_time, t, side="right"))
+        if km:
+            np.maximum.at(share, self.m_slot[:km], self.m_milli[:km])
         mine = self.s_time <= t
         if mine.any():
             s_slot = self.s_slot[mine]
@@ -338,8 +354,15 @@ class PlacerStage:
             raise ValueError(f"unknown placement {placement!r}; choose best-fit or cp-sat")
         self.specs = dict(specs)
         self.placement: Placement = placement
-        self.settings = settings or PlacerSettings()
+        self.settings = settings or SERVICE_SETTINGS
         self.cpsat = CpSatPlacer(self.settings) if placement == "cp-sat" else None
+        # the same settings, solving even when best-fit starts the whole batch: used once the
+        # walk has found that best-fit does not (``_all_fit``), so the test is not made twice
+        self._solver = (
+            CpSatPlacer(self.settings.model_copy(update={"solve_when_all_fit": True}))
+            if placement == "cp-sat" and not self.settings.solve_when_all_fit
+            else None
+        )
         self.best = BestFit()
         self.limits = limits
         self._context = limits.context()
@@ -406,7 +429,8 @@ class PlacerStage:
         try:
             ready = None if prepared is None or prepared.snapshot is not snap else prepared.binding_of(jobs)
             binding = ready or bind_pending(jobs, spec, self.settings.node_slack)
-            track = self._track(jobs, binding)
+            # the snapshot's own jobs (as the featurizer sends them): the prepared groups to track
+            track = prepared.track if ready is not None and prepared else self._track(jobs, binding)
             if (
                 prepared is not None
                 and prepared.snapshot is snap
@@ -504,30 +528,53 @@ class PlacerStage:
         can_now: npt.NDArray[np.bool_] | None = None,
         base: _ReplayBase | None = None,
     ) -> Decided:
-        """Allocations (on ``ss.state``, which it modifies) and reservations of one decision.
+        """Allocations and reservations of one decision.
+
+        ``ss.state`` is used up: the walk works on its own copy (``WalkState``) and brings the
+        state up to date only where ``BestFit`` itself must answer, so afterwards it holds an
+        unspecified prefix of the starts (``PreparedSnapshot.used`` keeps it from a second use).
 
         ``base``: ``ss``'s release profile if it was built ahead (else built on the first reservation).
         """
         st = ss.state
         slack = self.settings.node_slack
-        best = self.best
-        by_row: dict[int, _Job] = {}
-        gpus, milli, est = jobs.gpus, jobs.gpu_milli, jobs.est_runtime_s
-        for pos, cpu, mem, groups in zip(
-            binding.kept, binding.cpus_milli, binding.mem_mib, binding.groups, strict=True
-        ):
-            by_row[pos] = _Job(pos, gpus[pos], milli[pos], cpu, mem, groups, est[pos])
+        kept = binding.kept
+        if len(kept) == len(jobs):  # every job kept (the usual case): no per-row gathering
+            cols = zip(
+                kept,
+                jobs.gpus,
+                jobs.gpu_milli,
+                binding.cpus_milli,
+                binding.mem_mib,
+                binding.groups,
+                jobs.est_runtime_s,
+                strict=True,
+            )
+        else:
+            gpus, milli, est = jobs.gpus, jobs.gpu_milli, jobs.est_runtime_s
+            cols = zip(
+                kept,
+                [gpus[r] for r in kept],
+                [milli[r] for r in kept],
+                binding.cpus_milli,
+                binding.mem_mib,
+                binding.groups,
+                [est[r] for r in kept],
+                strict=True,
+            )
+        by_row = dict(zip(kept, map(_Job._make, cols), strict=True))
         ranked = [by_row[r] for r in order.tolist() if r in by_row]
-        maybe = np.ones(len(jobs), dtype=bool) if can_now is None else can_now
+        maybe: list[bool] = [True] * len(jobs) if can_now is None else can_now.tolist()
 
         preset: dict[int, tuple[Alloc | None, bool]] = {}
         status: str | None = None
+        # the walk's own copy of the free resources: best-fit's choices at a fraction of the cost
+        walk = WalkState(st)
         if self.cpsat is not None:
-            preset, status = self._batch(st, [j for j in ranked if maybe[j.row] and not j.zero])
-        unusable = {
-            g: _blocking_caps(len(u), np.flatnonzero(~u).tolist())
-            for g, u in enumerate(ss.usable)
-            if not u.all()
+            startable = [j for j in ranked if maybe[j.row] and not j.zero]
+            preset, status = self._batch(st, startable, walk)
+        unusable: dict[int, frozenset[int]] = {
+            g: frozenset(np.flatnonzero(~u).tolist()) for g, u in enumerate(ss.usable) if not u.all()
         }
 
         allocs: dict[int, Alloc] = {}
@@ -535,6 +582,8 @@ class PlacerStage:
         started: list[tuple[_Job, Alloc]] = []
         reservations: list[Reservation] = []
         res_of_group: dict[int, Reservation] = {}
+        # blocked nodes by (groups, which reservations the job runs past): a few dozen distinct
+        blocked_of: dict[tuple[tuple[int, ...], tuple[bool, ...]], dict[int, frozenset[int]] | None] = {}
         covered: set[int] = set()  # groups of a pool that has had its reservation (found or not)
         # failed requests per shape: (CPUs, memory, threshold); a later request of the same shape
         # asking for no less, running longer than the threshold (-inf: failed on the raw free
@@ -544,52 +593,59 @@ class PlacerStage:
         intact = True  # no batch allocation overridden yet: CP-SAT's choices not to start still hold
         for job in ranked:
             key = (job.gpus, job.milli, job.groups)
-            fits = bool(maybe[job.row])
+            fits = maybe[job.row]
             if fits and key in failed:
                 fits = not any(job.cpu >= c and job.mem >= m and job.est > t for c, m, t in failed[key])
                 if not fits and preset.get(job.row, (None, False))[0] is not None:
                     intact = False  # a batch allocation that no longer fits
             if fits:
-                caps: dict[int, Caps] | None = None
+                # the reserved nodes this job may not touch: a reservation's, if it runs past it
+                blocked: dict[int, frozenset[int]] | None = None
                 if res_of_group:
                     finish = now + job.est
-                    caps = {
-                        g: res.caps[g]
-                        for g in job.groups
-                        if (res := res_of_group.get(g)) is not None and g in res.caps and finish > res.when
-                    } or None
-                capped = caps is not None
+                    ck = (job.groups, tuple(finish > r.when for r in reservations))
+                    if ck in blocked_of:
+                        blocked = blocked_of[ck]
+                    else:
+                        blocked = blocked_of[ck] = {
+                            g: res.blocked[g]
+                            for g in job.groups
+                            if (res := res_of_group.get(g)) is not None
+                            and g in res.blocked
+                            and finish > res.when
+                        } or None
+                capped = blocked is not None
                 if job.zero and unusable:
-                    caps = dict(caps or {})
+                    blocked = dict(blocked or {})
                     for g in job.groups:
                         if g in unusable:
-                            caps[g] = _merge_caps(caps[g], unusable[g]) if g in caps else unusable[g]
+                            blocked[g] = blocked[g] | unusable[g] if g in blocked else unusable[g]
                 a: Alloc | None = None
                 if job.row in preset:
                     a, wide = preset[job.row]
-                    if a is not None and not alloc_fits(st, a, caps, job.milli):
+                    if a is not None and not walk.fits(a, blocked, job.milli):
                         a = None
                         intact = False
                     if a is None:
-                        if intact and best.place(
-                            st, job.gpus, job.milli, job.cpu, job.mem, job.groups, caps, slack
+                        if intact and walk.place(
+                            job.gpus, job.milli, job.cpu, job.mem, job.groups, blocked, slack
                         ):
                             held.append(job.row)  # CP-SAT chose not to start it: held back
                             continue
                     else:
                         spread[job.row] = wide
                 if a is None:
-                    a = best.place(st, job.gpus, job.milli, job.cpu, job.mem, job.groups, caps, slack)
+                    a = walk.place(job.gpus, job.milli, job.cpu, job.mem, job.groups, blocked, slack)
                     if a is not None:
                         spread[job.row] = self._spread(st, job, a)
                 if a is not None:
-                    st.take(a)
+                    walk.take(a)
                     allocs[job.row] = a
                     started.append((job, a))
                     continue
                 if capped:
-                    assert caps is not None
-                    thr = max(res_of_group[g].when for g in caps if g in res_of_group) - now
+                    assert blocked is not None
+                    thr = max(res_of_group[g].when for g in blocked if g in res_of_group) - now
                     failed.setdefault(key, []).append((job.cpu, job.mem, thr))
                     continue  # held back by a reservation (its groups are covered already)
                 failed.setdefault(key, []).append((job.cpu, job.mem, -INF))
@@ -597,7 +653,7 @@ class PlacerStage:
                 covered.update(job.groups)
                 if base is None:
                     base = _ReplayBase(ss)
-                res = self._reserve(ss, job, started, now, base)
+                res = self._reserve(ss, job, started, now, base, walk.free_arrays())
                 if res is not None:
                     reservations.append(res)
                     for g in job.groups:
@@ -612,7 +668,7 @@ class PlacerStage:
         return len(a.nodes) > max(1, -(-job.gpus // max(g, 1)))
 
     def _batch(
-        self, st: ClusterState, startable: list[_Job]
+        self, st: ClusterState, startable: list[_Job], walk: WalkState | None = None
     ) -> tuple[dict[int, tuple[Alloc | None, bool]], str]:
         """CP-SAT's joint placement of the top K startable jobs (plus the look-ahead ones)."""
         assert self.cpsat is not None
@@ -621,6 +677,13 @@ class PlacerStage:
         cands = startable[: k + cfg.lookahead]
         if not cands:
             return {}, "NOTHING_FITS"
+        placer = self.cpsat
+        if walk is not None and not cfg.solve_when_all_fit:
+            fit, sure = self._all_fit(walk, cands[:k])
+            if fit is not None:  # single-node allocations: none spread
+                return {j.row: (a, False) for j, a in zip(cands[:k], fit, strict=True)}, "ALL_FIT"
+            if sure and self._solver is not None:  # best-fit leaves one waiting: the placer solves
+                placer = self._solver
         reqs = [
             JobRequest(
                 j.gpus,
@@ -635,12 +698,39 @@ class PlacerStage:
             for r, j in enumerate(cands)
         ]
         try:
-            res = self.cpsat.place_batch(st, reqs[:k], reqs[k:])
+            res = placer.place_batch(st, reqs[:k], reqs[k:])
         except Exception:  # a bug in the batch placer must not lose the decision: best-fit decides
             log.exception("CP-SAT placement failed; best-fit decides")
             return {}, "ERROR_FALLBACK"
         preset = {j.row: (d.alloc, d.spread) for j, d in zip(cands[:k], res.decisions, strict=True)}
         return preset, res.status.value
+
+    def _all_fit(self, walk: WalkState, batch: list[_Job]) -> tuple[list[Alloc] | None, bool]:
+        """Best-fit's allocations of ``batch`` in order if they start it whole (else None), and
+        whether that answer is sure.
+
+        ``CpSatPlacer.place_batch``'s own ALL_FIT test (``solve_when_all_fit=False`` and no group
+        costs: best-fit starts every job on its fewest nodes), made on the walk's copy of the free
+        resources and each start taken back afterwards: the same best-fit (``WalkState``) without
+        copying the cluster again. Not sure when a request only ``BestFit`` itself answers (a
+        gang, unsorted groups): the placer then makes the test.
+        """
+        slack = self.settings.node_slack
+        taken: list[Alloc] = []
+        sure = True
+        try:
+            for j in batch:
+                a = walk.place(j.gpus, j.milli, j.cpu, j.mem, j.groups, None, slack, fallback=False)
+                if a is None:
+                    break
+                walk.take(a)
+                taken.append(a)
+        except NeedsFallback:
+            sure = False
+        finally:
+            for a in reversed(taken):
+                walk.give(a)
+        return (taken if sure and len(taken) == len(batch) else None), sure
 
     # -- EASY reservations ------------------------------------------------------------------------
 
@@ -651,19 +741,22 @@ class PlacerStage:
         started: list[tuple[_Job, Alloc]],
         now: float,
         base: _ReplayBase | None = None,
+        free_now: tuple[npt.NDArray[np.int64], ...] | None = None,
     ) -> Reservation | None:
         """The estimated earliest start of ``job`` and the nodes it would take (module docstring).
 
         Free resources in the replay only grow with time (jobs end, none start), so whether the job
         fits is monotone in time: a binary search over the release times, each probe one vectorized
-        pass over the releases of the job's node groups.
+        pass over the releases of the job's node groups. ``free_now``: the free resources after
+        ``started`` (``WalkState.free_arrays``), when ``ss.state`` does not hold them.
         """
-        replay = _Replay(base or _ReplayBase(ss), job.groups, started, now)
+        replay = _Replay(base or _ReplayBase(ss), job.groups, started, now, free_now)
+        mask = self._single_mask(ss, job)
         times = replay.times
         lo, hi = 0, len(times)  # the first time index where the job fits, in [lo, hi]
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._fit(ss, job, replay.free_at(times[mid])) is not None:
+            if self._fit(ss, job, replay.free_at(times[mid]), mask) is not None:
                 hi = mid
             else:
                 lo = mid + 1
@@ -673,18 +766,40 @@ class PlacerStage:
         else:  # no room from known releases: assume the pool empty after its last known end
             when = float(times[-1]) if len(times) else now
             free = replay.drained()
-        plan = self._fit(ss, job, free)
+        plan = self._fit(ss, job, free, mask)
         if plan is None:
             return None
         g, nodes = plan
-        n = ss.state.groups[g].n
-        return Reservation(job.row, max(when, now), {g: nodes}, {g: _blocking_caps(n, nodes)})
+        return Reservation(job.row, max(when, now), {g: nodes}, {g: frozenset(nodes)})
 
-    def _fit(self, ss: SnapshotState, job: _Job, free: _Free) -> tuple[int, list[int]] | None:
-        """(group, nodes) where ``job`` fits on the free resources ``free`` (best-fit's choice)."""
+    def _fit(
+        self, ss: SnapshotState, job: _Job, free: _Free, mask: npt.NDArray[np.bool_] | None = None
+    ) -> tuple[int, list[int]] | None:
+        """(group, nodes) where ``job`` fits on the free resources ``free`` (best-fit's choice).
+
+        ``mask``: ``_single_mask``'s slots of the job's groups, when it is a single-node job in all
+        of them and they are in ascending order: one vectorized pass over the cluster's slots then
+        gives the same node as the walk over its groups (least left, earliest group, lowest node).
+        """
         slack = self.settings.node_slack
         groups = ss.spec.node_groups
         offsets = ss.layout.offsets
+        if mask is not None:
+            ok = (free.cpu >= job.cpu) & (free.mem >= job.mem) & mask
+            if job.gpus == 0:
+                score = free.cpu
+            elif job.milli < WHOLE_GPU_MILLI:
+                ok &= (free.whole >= 1) | (free.share >= job.milli)
+                score = np.minimum(free.share, WHOLE_GPU_MILLI)
+            else:
+                ok &= free.whole >= job.gpus
+                score = free.whole
+            vals = np.where(ok, score, BIG)
+            p = int(vals.argmin())
+            if vals[p] == BIG:
+                return None
+            g = int(np.searchsorted(offsets, p, side="right")) - 1
+            return g, [p - int(offsets[g])]
         picks: list[tuple[int, int, int]] = []  # single-node fits: (free GPUs left, group position, node)
         gangs: list[int] = []
         for pos, g in enumerate(job.groups):
@@ -721,6 +836,23 @@ class PlacerStage:
             if plan is not None:
                 return g, plan
         return None
+
+    def _single_mask(self, ss: SnapshotState, job: _Job) -> npt.NDArray[np.bool_] | None:
+        """The slots of ``job``'s groups, if it is a single-node job in each of them (no gang
+        candidates) and they are in ascending order (slot order is then the walk's order)."""
+        if job.gpus > 0 and job.milli == WHOLE_GPU_MILLI:
+            slack = self.settings.node_slack
+            for g in job.groups:
+                gg = ss.spec.node_groups[g].gpus
+                if job.gpus > gg or (slack > 0 and job.gpus >= 2):
+                    return None
+        if any(a >= b for a, b in pairwise(job.groups)):
+            return None
+        offsets = ss.layout.offsets
+        mask = np.zeros(int(offsets[-1]), dtype=bool)
+        for g in job.groups:
+            mask[int(offsets[g]) : int(offsets[g + 1])] = True
+        return mask
 
     def _fit_gang(
         self,

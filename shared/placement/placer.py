@@ -98,6 +98,14 @@ class CpSatPlacer:
         cfg = self.settings
         batch = list(ranked[: cfg.k])
         ahead = list(lookahead if lookahead is not None else ranked[cfg.k : cfg.k + cfg.lookahead])
+        if not cfg.solve_when_all_fit and not (group_costs and cfg.weights.type_reserve):
+            # best-fit starting every job of the batch on its fewest nodes is optimal in tiers
+            # (a)-(c); without tier (t) only fragmentation and look-ahead are left to the solve
+            first = best_fit_batch(state, batch, cfg.node_slack, None, caps)
+            if batch and all(
+                a is not None and self._extra(state, job, a) == 0 for job, a in zip(batch, first, strict=True)
+            ):
+                return self._result(state, batch, first, SolveStatus.ALL_FIT, t0)
         tables, fit_groups = aggregate(state, batch, ahead, cfg.node_slack, caps)
         hint = best_fit_batch(state, batch, cfg.node_slack, fit_groups, caps)
         if all(a is None for a in hint):

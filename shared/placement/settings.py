@@ -63,6 +63,13 @@ class PlacerSettings(BaseModel):
     cost_levels: int = Field(
         default=100, ge=1, le=10_000, description="resolution of tier (t): its largest coefficient"
     )
+    solve_when_all_fit: bool = Field(
+        default=True,
+        description="solve even when best-fit starts the whole batch on the fewest nodes (and no "
+        "group costs are given); False returns best-fit's answer then (status ALL_FIT): the solve "
+        "could only improve fragmentation (d) and look-ahead (e), at 10+ ms on a busy 1,213-node "
+        "cluster",
+    )
     seed: int = Field(default=0, ge=0, description="CP-SAT random_seed")
     strict_rank: bool = Field(
         default=False,

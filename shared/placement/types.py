@@ -87,6 +87,9 @@ class SolveStatus(StrEnum):
     TIMEOUT_FALLBACK = "TIMEOUT_FALLBACK"  # a limit stopped CP-SAT without a solution: best-fit used
     ERROR_FALLBACK = "ERROR_FALLBACK"  # CP-SAT failed (invalid/infeasible model, bad decode): best-fit used
     NOTHING_FITS = "NOTHING_FITS"  # no job of the batch fits alone: no solve
+    # best-fit started the whole batch on the fewest nodes and there is no tier (t): tiers (a)-(c)
+    # are at their optimum, so no solve (only with ``solve_when_all_fit=False``): best-fit used
+    ALL_FIT = "ALL_FIT"
 
 
 @dataclass(frozen=True, slots=True)

@@ -306,7 +306,8 @@ def test_a_failing_cp_sat_solve_leaves_the_decision_to_best_fit(monkeypatch: pyt
     specs = {"embedded": spec}
     m = FeaturizerStage(specs).handle(s)
     v = vector(m, [float(len(m.job_ids) - k) for k in range(len(m.job_ids))])
-    stage = PlacerStage(specs, placement="cp-sat")
+    # settings that always solve (the service's skip the solve when best-fit starts the batch whole)
+    stage = PlacerStage(specs, placement="cp-sat", settings=PlacerSettings())
     assert stage.cpsat is not None
 
     def broken(*args: object, **kwargs: object) -> object:
