@@ -224,9 +224,28 @@ class Consumer(Generic[M]):
             for d in decoded:
                 if d.message is not None:
                     self._remember(d.message)
-        for d in decoded:
-            await self._process(d)
+        await self._process_in_turn(decoded)
         return len(msgs)
+
+    async def _process_in_turn(self, decoded: list[_Decoded[M]]) -> None:
+        """Handle a fetched batch one message after another, keeping the waiting ones' leases alive.
+
+        JetStream's ack wait runs for every message of a batch from its delivery, but the batch is
+        handled in turn: a full batch of slow messages would outlive the lease of its last ones,
+        which the server then redelivers to another replica while this one still handles them
+        (double work, and a queue group that no longer shares it). Whenever half the ack wait has
+        passed since the last lease renewal, every message still waiting is told "in progress"
+        (a one-way publish, no round trip), which restarts its ack wait.
+        """
+        renew_after = self.settings.ack_wait_s / 2
+        renewed = time.monotonic()
+        for i, d in enumerate(decoded):
+            if time.monotonic() - renewed >= renew_after:
+                for waiting in decoded[i:]:
+                    with contextlib.suppress(Exception):  # a lost renewal only risks a redelivery
+                        await waiting.msg.in_progress()
+                renewed = time.monotonic()
+            await self._process(d)
 
     def _decode(self, msg: Msg) -> _Decoded[M]:
         try:

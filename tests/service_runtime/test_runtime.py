@@ -43,6 +43,7 @@ class Behaviour:
     reject_cluster: str | None = None
     seen: list[str] = field(default_factory=list)
     stored_at: list[float] = field(default_factory=list)
+    deliveries: list[int] = field(default_factory=list)  # each handled message's num_delivered
     models: list[str] = field(default_factory=list)
     started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -57,6 +58,7 @@ def definition(b: Behaviour, needs_store: bool = False) -> ServiceDefinition:
                 await asyncio.sleep(b.delay_s)
             b.seen.append(snap.correlation_id)
             b.stored_at.append(_d.stored_at)
+            b.deliveries.append(_d.num_delivered)
             return with_wait(features(snap), "stand_in", queue_wait_ms(_d))
 
         async def on_model(m: ModelVersion, _d: Delivery) -> None:
@@ -249,6 +251,25 @@ async def test_rejected_message_is_dead_lettered_once_with_its_reason(
     letter = decode(DeadLetter, payload)
     assert letter.reason == "rejected by stand-in: cluster 'nowhere' has no spec here"
     assert letter.deliveries == 1  # not retried: retrying cannot make it usable
+
+
+@pytest.mark.asyncio
+async def test_a_slow_batch_keeps_its_leases_and_is_not_redelivered(
+    bus: Bus, start: Callable[..., object]
+) -> None:
+    # the slow replica's first fetch takes all 12 (fetch_batch 100); handling them takes 12 x 0.2 =
+    # 2.4 s, more than twice the tests' 1 s ack wait; the idle second replica keeps a pull request
+    # open, so a lease that ran out would hand it the waiting messages a second time
+    slow, idle = Behaviour(delay_s=0.2), Behaviour()
+    for i in range(12):
+        await bus.publisher.publish(snapshot(cluster=f"c{i}", correlation_id=f"s{i}"))
+    await start(slow, replica="slow")  # type: ignore[misc]
+    await asyncio.wait_for(slow.started.wait(), 10)
+    await start(idle, replica="idle")  # type: ignore[misc]
+    await wait_until(lambda: len(slow.seen) + len(idle.seen) >= 12)
+    await asyncio.sleep(1.5)  # a redelivery would show up within one more ack wait
+    assert sorted(slow.seen + idle.seen) == sorted(f"s{i}" for i in range(12))  # each handled once
+    assert slow.deliveries + idle.deliveries == [1] * 12  # no lease ran out while it waited its turn
 
 
 @pytest.mark.asyncio
