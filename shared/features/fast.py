@@ -40,9 +40,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig
 from shared.features.compute import FeatureValues, _log_scale, _ratio
-from shared.features.fast_ways import PlacementCounts, RequestLevels, node_table, request_rows
+from shared.features.fast_ways import PlacementCounts, RequestLevels, _bins, node_table, request_rows
+from shared.features.kernels import N_EXTRA, finish_kernel, gather_kernel, kinds_kernel, observe_kernel
 from shared.features.sampling import FeatureSampler, SamplingState, Selection
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray, QueueView
 from shared.features.ways import _unique_inverse, distinct_requests, ways_on_empty
@@ -57,6 +59,9 @@ _DEFAULT = FeatureConfig()
 #: per-job columns that depend on the job alone (and the cluster's fixed shape)
 _STATIC = ("gpus", "gpu_type", "vc", "requested_time", "cpus", "mem", "job_size")
 _FRAGMENTATION = CLUSTER_FEATURES.index("fragmentation")
+#: job columns the compiled decision leaves to numpy (rarely selected)
+_NUMPY_COLUMNS = frozenset({"user_share"})
+_INT64 = np.dtype(np.int64)
 #: clusters from this many nodes keep their placement counts across states (``PlacementCounts``):
 #: on a 1,213-node cluster an update after a start or an end costs a third of a recount, on the
 #: 16-68-node training clusters the recount is the cheaper (measured with bench/rl_throughput.py)
@@ -166,6 +171,14 @@ def _per_kind(rows: FloatArray, elig: FloatArray, cluster: ClusterView) -> Float
     return per_kind
 
 
+def _i64(a: npt.NDArray[np.integer]) -> IntArray:
+    """``a`` as a contiguous int64 array (itself when it already is one): what the kernels take."""
+    if a.dtype == _INT64 and a.flags.c_contiguous:
+        return a  # type: ignore[return-value]
+    out: IntArray = np.ascontiguousarray(a, dtype=np.int64)
+    return out
+
+
 def _distinct(key: IntArray, pos: IntArray) -> tuple[IntArray, IntArray]:
     """``np.unique(key, return_inverse=True)`` for keys in ``0 .. len(pos) - 1``: a mark per key
     value instead of a sort (``pos`` is scratch of that length)."""
@@ -248,6 +261,27 @@ class WorkloadFeaturizer:
         self._demand_share = _ratio(demand, pool_cap)  # demand_supply: each job spread over its pool
         ways_empty = (ways_on_empty(req, empty)[req.inverse] * elig).sum(axis=1)
         self._log_ways_empty = np.log1p(ways_empty)
+        # for the compiled decision (``kernels.observe_kernel``): numpy's log1p of every possible
+        # count of ways (at most the cluster's nodes), of the horizon; the job-alone columns'
+        # positions; whether the released GPUs are integer sums (exact in the kernel's order)
+        self._log1p_int = np.log1p(np.arange(int(empty.node_count.sum()) + 1, dtype=np.float64))
+        self._log_horizon = np.log1p(horizon / unit)
+        self._static_cols = np.array([JOB_FEATURES.index(name) for name in _STATIC], dtype=np.int64)
+        self._released_exact = bool(
+            np.array_equal(demand, np.round(demand)) and float(np.abs(demand).sum()) < 2.0**52
+        )
+        self._demand_f = np.ascontiguousarray(demand, dtype=np.float64)
+        self._submit_f = np.ascontiguousarray(jobs.submit_s, dtype=np.float64)
+        self._est_f = np.ascontiguousarray(est, dtype=np.float64)
+        self._cols: dict[tuple[int, ...], IntArray] = {}
+        self._buffers = (
+            np.empty((0, len(JOB_FEATURES) + N_EXTRA)),
+            np.empty(0),
+            np.empty(0),
+            np.empty((0, self.n_groups)),
+        )
+        #: observe with the compiled kernel (False: the numpy expressions, for comparisons)
+        self.compiled = True
 
         # jobs with the same request and the same eligible groups get the same placement counts:
         # a decision sums over groups once per such kind, not once per job
@@ -262,7 +296,22 @@ class WorkloadFeaturizer:
             first = self._job_kind
         self._kind_req = req.inverse[first]
         self._kind_elig = elig[first]
+        self._kind_req_c = np.ascontiguousarray(self._kind_req, dtype=np.int64)
+        self._kind_elig_c = np.ascontiguousarray(self._kind_elig)
         self._levels = RequestLevels.of(req, empty)
+        # the kinds kernel's inputs (int64, C-contiguous): request thresholds as ``RequestLevels``
+        # without its int32 clipping (nodes' values are below 2**31: the same comparisons)
+        level = np.where(req.whole, req.gpus * WHOLE_GPU_MILLI, np.where(req.gpus == 0, 0, req.milli))
+        self._kernel_req = (
+            _bins(empty),
+            np.ascontiguousarray(level, dtype=np.int64),
+            np.ascontiguousarray(req.gpus, dtype=np.int64),
+            np.ascontiguousarray(req.cpu, dtype=np.int64),
+            np.ascontiguousarray(req.mem, dtype=np.int64),
+            np.ascontiguousarray(self._levels.gang),
+            np.ascontiguousarray(req.m_nodes, dtype=np.int64),
+            np.ascontiguousarray(req.need_ok),
+        )
         # scratch for the per-decision deduplication: position of each kind (request) in the
         # decision's sorted list of distinct ones (written before every read)
         self._kind_pos = np.zeros(len(first), dtype=np.int64)
@@ -342,6 +391,8 @@ class WorkloadFeaturizer:
     ) -> Observation | None:
         """``observe``, or None (before computing any column) when ``skip_blocked`` and no queued
         job fits now."""
+        if self.compiled:
+            return self._observe_compiled(queued, now, cluster, sampler, version, skip_blocked)
         d = self._decision(queued, now, cluster, version)
         if skip_blocked and not d.can_now.any():
             return None
@@ -364,6 +415,114 @@ class WorkloadFeaturizer:
         ).astype(np.float32)
         return Observation(obs, critic, selection, d.can_now)
 
+    def _observe_compiled(
+        self,
+        queued: npt.ArrayLike,
+        now: float,
+        cluster: ClusterView,
+        sampler: FeatureSampler,
+        version: object,
+        skip_blocked: bool,
+    ) -> Observation | None:
+        """``observe_unless_blocked`` through the compiled kernels (the same numbers): one pass for
+        the columns (``observe_kernel``), numpy for ``log1p`` of the wait and ``demand_supply``'s
+        two products, one pass for the observation and critic (``finish_kernel``); the rarely
+        selected ``user_share``, ``queue_length`` and inexact released GPUs from ``_job_column``
+        and ``_cluster_value``."""
+        idx = np.ascontiguousarray(queued, dtype=np.int64)
+        now = float(now)
+        table, direct = self._kind_table(idx, cluster, version)
+        q = len(idx)
+        job, wait_scaled, share_q, elig_q = self._scratch(q)
+        can_now = np.empty(q, dtype=bool)
+        clus = np.zeros(len(CLUSTER_FEATURES))
+        cfg = self.config
+        multi = observe_kernel(
+            idx,
+            now,
+            table,
+            self._job_kind,
+            direct,
+            skip_blocked,
+            self._static_t,
+            self._static_cols,
+            self._submit_f,
+            self._est_f,
+            self._demand_f,
+            self._pool_cap,
+            self._pool_nodes,
+            self._log_ways_empty,
+            self._log1p_int,
+            self._elig,
+            cluster.free_by_group,
+            cluster.partial_free_by_group,
+            self._total_cap,
+            cluster.run_group,
+            cluster.run_gpus,
+            cluster.run_end_s,
+            self._released_exact,
+            cfg.time_unit_s,
+            cfg.bsld_floor_s,
+            cfg.near_horizon_s,
+            float(sampler.config.multi_ways),
+            job,
+            wait_scaled,
+            can_now,
+            clus,
+        )
+        if multi < 0:
+            return None
+        selection = sampler.select_state(SamplingState(float(clus[_FRAGMENTATION]), multi / q if q else 0.0))
+        observation = selection.observation
+        cols = self._cols.get(observation)
+        if cols is None:
+            cols = self._cols[observation] = np.array(observation, dtype=np.int64)
+        critic_cols = self._cols.get(selection.critic)
+        if critic_cols is None:
+            critic_cols = self._cols[selection.critic] = np.array(selection.critic, dtype=np.int64)
+        wait_log = pool_demand = wait_scaled
+        bare: _Decision | None = None
+        for c in observation:
+            name = JOB_FEATURES[c]
+            if name == "wait":
+                wait_log = np.log1p(wait_scaled)
+            elif name == "demand_supply":  # numpy's products (BLAS: their summation order)
+                gather_kernel(idx, self._demand_share, self._elig, share_q, elig_q)
+                pool_demand = elig_q @ (self._cap_g * (share_q @ elig_q))
+            elif name in _NUMPY_COLUMNS or (name == "future_availability" and not self._released_exact):
+                bare = bare or self._bare_decision(idx, now, cluster)  # one released-GPU count
+                job[:, c] = self._job_column(bare, name)
+        for c in selection.critic:
+            name = CLUSTER_FEATURES[c]
+            if name == "queue_length" or (name == "future_availability" and not self._released_exact):
+                bare = bare or self._bare_decision(idx, now, cluster)
+                clus[c] = self._cluster_value(bare, name)
+        obs = np.empty((q, len(cols)), dtype=np.float32)
+        critic = np.empty(len(critic_cols), dtype=np.float32)
+        finish_kernel(job, cols, wait_log, self._log_horizon, pool_demand, clus, critic_cols, obs, critic)
+        return Observation(obs, critic, selection, can_now)
+
+    def _scratch(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Per-decision work arrays for ``q`` jobs (views of buffers kept across decisions: none
+        of them is returned): the kernel's columns, wait / unit, and ``demand_supply``'s
+        gathered operands (C-contiguous, as fresh arrays would be)."""
+        if q > len(self._buffers[1]):
+            size = max(q, 2 * len(self._buffers[1]))
+            self._buffers = (
+                np.empty((size, len(JOB_FEATURES) + N_EXTRA)),
+                np.empty(size),
+                np.empty(size),
+                np.empty((size, self.n_groups)),
+            )
+        job, wait, share, elig = self._buffers
+        return job[:q], wait[:q], share[:q], elig[:q]
+
+    def _bare_decision(self, idx: IntArray, now: float, cluster: ClusterView) -> _Decision:
+        """A ``_Decision`` for the numpy columns that need no kind values."""
+        d = _Decision()
+        d.idx, d.now, d.q, d.cluster = idx, now, len(idx), cluster
+        return d
+
     # -- internals --------------------------------------------------------------------------------
 
     def _plan(self, observation: tuple[int, ...]) -> tuple[tuple[int, int, str], ...]:
@@ -380,23 +539,29 @@ class WorkloadFeaturizer:
     def _decision(
         self, queued: npt.ArrayLike, now: float, cluster: ClusterView, version: object
     ) -> _Decision:
-        if cluster.n_groups != self.n_groups:
-            raise ValueError(f"cluster has {cluster.n_groups} groups, the workload {self.n_groups}")
         d = _Decision()
         d.idx = idx = np.asarray(queued, dtype=np.int64)
         d.now, d.q, d.cluster = float(now), len(idx), cluster
-        if self._all_kinds:
-            per_job = self._per_kind_all(cluster, version).take(self._job_kind[idx], axis=0)
-        else:
-            kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
-            uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
-            per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]
-            per_job = _per_kind(per_req[req_inv], self._kind_elig[kinds], cluster).take(kind_inv, axis=0)
+        table, direct = self._kind_table(idx, cluster, version)
+        per_job = table if direct else table.take(self._job_kind[idx], axis=0)
         d.ways = per_job[:, 0]
         d.stranded = per_job[:, 1]
         d.can_now = per_job[:, 2] > 0
         d.pool = per_job[:, 3:]
         return d
+
+    def _kind_table(self, idx: IntArray, cluster: ClusterView, version: object) -> tuple[FloatArray, bool]:
+        """The decision's kind values (ways, stranded GPUs, feasibility, pool's free GPUs and idle
+        nodes): every kind of the workload ([K, 5], row ``_job_kind[job]``; ``all_kinds``), or
+        one row per queued job ([Q, 5]; True)."""
+        if cluster.n_groups != self.n_groups:
+            raise ValueError(f"cluster has {cluster.n_groups} groups, the workload {self.n_groups}")
+        if self._all_kinds:
+            return self._per_kind_all(cluster, version), False
+        kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
+        uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
+        per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]
+        return _per_kind(per_req[req_inv], self._kind_elig[kinds], cluster).take(kind_inv, axis=0), True
 
     def _per_kind_all(self, cluster: ClusterView, version: object) -> FloatArray:
         """``_per_kind`` of every job kind of the workload on ``cluster``'s free state, kept per
@@ -408,6 +573,9 @@ class WorkloadFeaturizer:
         if version is None:
             return self._kinds_on(cluster)
         if version == self._kinds_version:
+            return self._kinds_values
+        if self.compiled:  # the kernel costs less than the state's key: nothing kept per state
+            self._kinds_version, self._kinds_values = version, self._kinds_on(cluster)
             return self._kinds_values
         key = b"".join(
             a.tobytes()
@@ -429,6 +597,24 @@ class WorkloadFeaturizer:
         return values
 
     def _kinds_on(self, cluster: ClusterView) -> FloatArray:
+        if self.compiled:
+            out = np.empty((len(self._kind_req), 5))
+            kinds_kernel(
+                _i64(cluster.free_gpus),
+                _i64(cluster.free_share_milli),
+                _i64(cluster.free_cpus_milli),
+                _i64(cluster.free_mem_mib),
+                cluster.idle_node,
+                _i64(cluster.group_of_node),
+                _i64(cluster.free_by_group),
+                _i64(cluster.idle_by_group),
+                _i64(cluster.partial_free_by_group),
+                *self._kernel_req,
+                self._kind_req_c,
+                self._kind_elig_c,
+                out,
+            )
+            return out
         rows = request_rows(self._req, self._levels, self._all_req, cluster, node_table(cluster))
         return _per_kind(rows[self._kind_req], self._kind_elig, cluster)
 

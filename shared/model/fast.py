@@ -28,11 +28,12 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 import torch
+from numba import njit
 from torch import Tensor
 
 from shared.model.network import ActorCritic
 
-__all__ = ["FastActor", "greedy_priorities", "order_priorities", "sample_order"]
+__all__ = ["FastActor", "greedy_priorities", "order_priorities", "sample_order", "sample_with_priorities"]
 
 IntArray = npt.NDArray[np.int64]
 F32Array = npt.NDArray[np.float32]
@@ -40,6 +41,45 @@ F32Array = npt.NDArray[np.float32]
 #: in-place activations: the same kernels as ``nn.Tanh``/``nn.ReLU``, writing into their input
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh_, "relu": torch.relu_}
 _TINY = float(np.finfo(np.float64).tiny)
+
+
+@njit(cache=True)
+def _rank_kernel(
+    keys: np.ndarray, width: int, strict: bool, order: np.ndarray, prio: np.ndarray
+) -> bool:  # pragma: no cover - compiled
+    """The first ``width`` of a stable ascending sort of ``keys`` into ``order``, and the
+    priorities of ``order_priorities(order, n)`` into ``prio``. Returns False (fallback) on a NaN
+    key or, with ``strict``, on equal keys among the first ``width + 1`` sorted: there numpy's
+    ``argpartition`` (not stable) decides, which this does not repeat."""
+    n = len(keys)
+    for i in range(n):
+        if keys[i] != keys[i]:
+            return False
+    srt = np.argsort(keys, kind="mergesort")  # stable: ties by slot, as numpy's stable sort
+    if strict:
+        for i in range(min(width + 1, n) - 1):
+            if not keys[srt[i]] < keys[srt[i + 1]]:
+                return False
+    picked = np.zeros(n, dtype=np.bool_)
+    for i in range(width):
+        order[i] = srt[i]
+        prio[srt[i]] = n - i
+        picked[srt[i]] = True
+    r = 0
+    for slot in range(n):
+        if not picked[slot]:
+            prio[slot] = n - width - r
+            r += 1
+    return True
+
+
+@njit(cache=True)
+def _neg_sub(s: np.ndarray, g: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """``-(s - g)``: the Gumbel-top-k keys, elementwise (the same IEEE operations as numpy's)."""
+    out = np.empty(len(s))
+    for i in range(len(s)):
+        out[i] = -(s[i] - g[i])
+    return out
 
 
 class FastActor:
@@ -113,6 +153,13 @@ def greedy_priorities(scores: npt.ArrayLike, top_k: int | None) -> IntArray:
     """``scores_to_priorities`` for one queue: the greedy top ``top_k`` by score (ties by slot),
     then the rest in slot order."""
     s = np.asarray(scores)
+    if s.dtype in (np.float32, np.float64) and s.ndim == 1:
+        n = len(s)
+        width = n if top_k is None else min(top_k, n)
+        order_buf = np.empty(width, dtype=np.int64)
+        prio = np.empty(n, dtype=np.int64)
+        if _rank_kernel(np.ascontiguousarray(-s), width, False, order_buf, prio):
+            return prio
     order = np.argsort(-s, kind="stable")
     if top_k is None or top_k >= len(s):
         return order_priorities(order, len(s))
@@ -135,3 +182,26 @@ def sample_order(scores: npt.ArrayLike, top_k: int | None, rng: np.random.Genera
         return order
     full: IntArray = np.argsort(keys, kind="stable")
     return full
+
+
+def sample_with_priorities(
+    scores: npt.ArrayLike, top_k: int | None, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """``sample_order`` and ``order_priorities`` of its order, in fewer calls: the same draws and
+    keys (numpy's ``log``), then one compiled stable sort and ranking (``_rank_kernel``); when
+    equal keys would make numpy's partial sort decide (practically never: continuous noise),
+    numpy's own path."""
+    s = np.asarray(scores, dtype=np.float64)
+    n = len(s)
+    width = n if top_k is None else min(top_k, n)
+    keys = _neg_sub(s, np.log(np.maximum(rng.standard_exponential(n), _TINY)))
+    order = np.empty(width, dtype=np.int64)
+    prio = np.empty(n, dtype=np.int64)
+    if _rank_kernel(keys, width, width < n, order, prio):
+        return order, prio
+    if width < n:
+        part = np.argpartition(keys, width - 1)[:width]
+        order = part[np.argsort(keys[part], kind="stable")]
+    else:
+        order = np.argsort(keys, kind="stable")
+    return order, order_priorities(order, n)

@@ -51,8 +51,7 @@ from shared.features import FeatureConfig, FeatureSampler, RunningJobs, SimViewB
 from shared.features.fast import Observation, WorkloadFeaturizer
 from shared.features.views import ClusterView
 from shared.model import ActorCritic, order_to_priorities, sample_order
-from shared.model.fast import FastActor, greedy_priorities, order_priorities
-from shared.model.fast import sample_order as sample_order_np
+from shared.model.fast import FastActor, greedy_priorities, sample_with_priorities
 from shared.policies.base import Policy, PolicyContext
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
@@ -297,10 +296,10 @@ class LearnedPolicy(Policy):
             if self.mode == "greedy":
                 return greedy_priorities(scores, top_k)
             assert isinstance(gen, np.random.Generator)
-            order = sample_order_np(scores, top_k, gen)
+            order, priorities = sample_with_priorities(scores, top_k, gen)
             if self.record:
                 self.log.decisions.append(Decision(o.obs, o.critic, order, now))
-            return order_priorities(order, len(jobs))
+            return priorities
         # a torch generator (or torch's global one): the batch path, as before
         assert not isinstance(gen, np.random.Generator)
         obs_t = torch.from_numpy(o.obs).unsqueeze(0)

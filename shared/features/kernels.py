@@ -1,0 +1,476 @@
+"""Compiled (numba) kernels of the featurizer's per-decision path: one call instead of ~70 numpy calls.
+
+Why: at the 5-50 queued jobs of a training decision the features' arithmetic is a few hundred
+floating-point operations; what cost ~100 us a decision was the fixed overhead of ~70 small numpy
+calls (``WorkloadFeaturizer.observe``). ``observe_kernel`` computes, in one pass over the queue,
+every column that needs no transcendental function and no BLAS product, the cluster-level values,
+and the two signals of the sampling rule.
+
+Bit for bit the same numbers as the numpy expressions (``shared.features.fast``), because:
+
+- every per-job value is a short chain of IEEE-754 operations (``+ - * /``, ``min``, ``max``,
+  comparisons) on the same inputs in the same order, each correctly rounded in both;
+- ``log1p`` is never computed here: numpy's (SVML on AVX-512 machines) and libm's may differ in the
+  last bit. ``num_ways`` reads ``log1p`` of its integer count from a table numpy computed; the wait
+  is returned divided by the time unit, for the caller to take numpy's ``log1p``;
+- the sums whose order matters (``queue_demand``, ``mean_urgency``) repeat numpy's pairwise
+  summation (``pairwise_sum``); the released GPUs are integer-valued sums (exact in any order), and
+  the caller uses the kernel's only when every job's GPU demand is an integer (``released_exact``);
+- ``demand_supply`` (two BLAS matrix-vector products) and ``user_share`` stay numpy's.
+
+``tests/features/test_features_kernels.py`` compares the kernel with the numpy path on random and
+simulated decisions, and ``pairwise_sum`` with ``np.add.reduce``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["N_EXTRA", "observe_kernel", "pairwise_sum"]
+
+#: per-job columns the kernel writes after the ``JOB_FEATURES`` ones: raw ways, free GPUs of the pool
+N_EXTRA = 2
+
+# JOB_FEATURES positions (shared.features.catalog; checked by the featurizer at import)
+_SUBMIT_TIME, _WAIT, _FREE_NODES, _CAN_NOW, _NUM_WAYS = 4, 5, 8, 9, 10
+_DEMAND_SUPPLY, _URGENCY, _FUTURE, _FRAGMENTATION = 11, 13, 14, 15
+# CLUSTER_FEATURES positions
+_C_FREE, _C_FRAG, _C_DEMAND, _C_URGENCY, _C_RUNNABLE, _C_FUTURE = 0, 1, 2, 4, 5, 6
+
+
+@njit(cache=True)
+def _block(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """numpy's ``pairwise_sum`` of ``a[lo:lo + n]`` for n <= 128: sequential below 8 elements,
+    else 8 accumulators combined as a tree, then the rest sequentially."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    total: float = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        total += a[lo + i]
+        i += 1
+    return total
+
+
+@njit(cache=True)
+def _pairwise(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """numpy's ``pairwise_sum`` of ``a[lo:lo + n]``: blocks of at most 128 (``_block``), above
+    that the sum of the two halves (split at a multiple of 8). Evaluated with an explicit stack:
+    numba's cache cannot reload a recursive function."""
+    if n <= 128:
+        return _block(a, lo, n)
+    s_lo = np.empty(128, dtype=np.int64)
+    s_n = np.empty(128, dtype=np.int64)
+    s_state = np.empty(128, dtype=np.int64)
+    vals = np.empty(128)
+    sp = 1
+    vsp = 0
+    s_lo[0], s_n[0], s_state[0] = lo, n, 0
+    while sp > 0:
+        top = sp - 1
+        m = s_n[top]
+        if m <= 128:
+            vals[vsp] = _block(a, s_lo[top], m)
+            vsp += 1
+            sp -= 1
+            continue
+        n2 = m // 2
+        n2 -= n2 % 8
+        state = s_state[top]
+        if state == 0:  # the left half first
+            s_state[top] = 1
+            s_lo[sp], s_n[sp], s_state[sp] = s_lo[top], n2, 0
+            sp += 1
+        elif state == 1:  # then the right half
+            s_state[top] = 2
+            s_lo[sp], s_n[sp], s_state[sp] = s_lo[top] + n2, m - n2, 0
+            sp += 1
+        else:  # left + right
+            vals[vsp - 2] = vals[vsp - 2] + vals[vsp - 1]
+            vsp -= 1
+            sp -= 1
+    return float(vals[0])
+
+
+@njit(cache=True)
+def pairwise_sum(a: np.ndarray) -> float:  # pragma: no cover - compiled
+    """``np.add.reduce(a)`` of a contiguous float64 vector, in numpy's order: the identity 0.0
+    plus the pairwise sum of the whole vector (an aligned contiguous array is reduced unbuffered,
+    in one inner loop; checked against numpy up to 100,000 elements)."""
+    return 0.0 + _pairwise(a, 0, len(a))
+
+
+@njit(cache=True)
+def observe_kernel(
+    idx: np.ndarray,
+    now: float,
+    table: np.ndarray,
+    rowmap: np.ndarray,
+    direct: bool,
+    skip_blocked: bool,
+    static_t: np.ndarray,
+    static_cols: np.ndarray,
+    submit: np.ndarray,
+    est: np.ndarray,
+    demand: np.ndarray,
+    pool_cap: np.ndarray,
+    pool_nodes: np.ndarray,
+    log_ways_empty: np.ndarray,
+    log1p_int: np.ndarray,
+    elig: np.ndarray,
+    free_g: np.ndarray,
+    partial_g: np.ndarray,
+    total_cap: float,
+    run_group: np.ndarray,
+    run_gpus: np.ndarray,
+    run_end: np.ndarray,
+    released_exact: bool,
+    unit: float,
+    bsld_floor: float,
+    near_horizon: float,
+    multi_ways: float,
+    job: np.ndarray,
+    wait_scaled: np.ndarray,
+    can_now: np.ndarray,
+    cluster: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The decision's columns into ``job`` [Q, n_job + N_EXTRA] and ``cluster`` [n_cluster].
+
+    Per queued job ``k`` (``idx[k]`` into the workload), its kind values (ways, stranded GPUs,
+    feasibility, pool's free GPUs, pool's idle nodes) are row ``k`` of ``table`` when ``direct``,
+    else row ``rowmap[idx[k]]``. Returns -1 (having written only ``can_now``) when
+    ``skip_blocked`` and no job fits now; else the number of jobs with at least ``multi_ways``
+    ways. Columns not written: ``wait`` (``wait_scaled`` gets wait / unit, for numpy's
+    ``log1p``), ``demand_supply``, ``user_share``; ``future_availability`` (job and cluster) only
+    when ``released_exact``; cluster ``queue_length`` never."""
+    q = len(idx)
+    runnable = 0
+    for k in range(q):
+        r = k if direct else rowmap[idx[k]]
+        c = table[r, 2] > 0
+        can_now[k] = c
+        if c:
+            runnable += 1
+    if skip_blocked and runnable == 0:
+        return -1
+    n_static = static_t.shape[0]
+    n_job = job.shape[1] - N_EXTRA
+    multi = 0
+    oldest = now
+    for k in range(q):
+        s = submit[idx[k]]
+        if k == 0 or s < oldest:
+            oldest = s
+    span = now - oldest
+    urgency = np.empty(q)
+    for k in range(q):
+        j = idx[k]
+        r = k if direct else rowmap[j]
+        ways = table[r, 0]
+        stranded = table[r, 1]
+        pfree = table[r, 3]
+        pidle = table[r, 4]
+        for s in range(n_static):
+            job[k, static_cols[s]] = static_t[s, j]
+        w = max(now - submit[j], 0.0)
+        wait_scaled[k] = w / unit
+        den = w + max(est[j], bsld_floor)
+        u = w / den if den > 0 else 0.0
+        urgency[k] = u
+        job[k, _URGENCY] = u
+        job[k, _CAN_NOW] = 1.0 if can_now[k] else 0.0
+        if ways >= multi_ways:
+            multi += 1
+        lw = log_ways_empty[j]
+        job[k, _NUM_WAYS] = log1p_int[int(ways)] / lw if lw > 0 else 0.0
+        pn = pool_nodes[j]
+        job[k, _FREE_NODES] = pidle / pn if pn > 0 else 0.0
+        job[k, _FRAGMENTATION] = stranded / pfree if pfree > 0 else 0.0
+        if span > 0:
+            job[k, _SUBMIT_TIME] = min(max((submit[j] - oldest) / span, 0.0), 1.0)
+        else:
+            job[k, _SUBMIT_TIME] = 0.0
+        job[k, n_job] = ways
+        job[k, n_job + 1] = pfree
+    # cluster-level values (per-group counts are integers: exact sums)
+    total_free = 0
+    partial = 0
+    for g in range(len(free_g)):
+        total_free += free_g[g]
+        partial += partial_g[g]
+    cluster[_C_FREE] = float(total_free) / total_cap if total_cap > 0 else 0.0
+    cluster[_C_FRAG] = float(partial) / float(total_free) if total_free > 0 else 0.0
+    qdemand = np.empty(q)
+    for k in range(q):
+        qdemand[k] = demand[idx[k]]
+    total_demand = pairwise_sum(qdemand)
+    cluster[_C_DEMAND] = total_demand / (total_demand + total_cap) if total_cap > 0 else 0.0
+    cluster[_C_URGENCY] = pairwise_sum(urgency) / q if q else 0.0
+    cluster[_C_RUNNABLE] = runnable / q if q else 0.0
+    if released_exact:
+        _released_columns(
+            idx, now, est, elig, pool_cap, run_group, run_gpus, run_end, near_horizon, total_cap, job, cluster
+        )
+    return multi
+
+
+@njit(cache=True)
+def _released_columns(
+    idx: np.ndarray,
+    now: float,
+    est: np.ndarray,
+    elig: np.ndarray,
+    pool_cap: np.ndarray,
+    run_group: np.ndarray,
+    run_gpus: np.ndarray,
+    run_end: np.ndarray,
+    near_horizon: float,
+    total_cap: float,
+    job: np.ndarray,
+    cluster: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """``future_availability``: the GPUs of each group's running jobs estimated to end by each
+    job's threshold (``now + est``) and by ``now + near_horizon``, as ``released_gpus`` (a running
+    job counts for every threshold at or after its end). Integer-valued GPUs: exact sums."""
+    q = len(idx)
+    n_groups = elig.shape[1]
+    limits = np.empty(q + 1)
+    for k in range(q):
+        limits[k] = now + est[idx[k]]
+    limits[q] = now + near_horizon
+    order = np.argsort(limits)
+    srt = limits[order]
+    n_bins = q + 2
+    hist = np.zeros((n_groups, n_bins))
+    for r in range(len(run_end)):
+        b = np.searchsorted(srt, run_end[r])  # first threshold at or after the end ("left")
+        hist[run_group[r], b] += run_gpus[r]
+    for g in range(n_groups):
+        for b in range(1, n_bins):
+            hist[g, b] += hist[g, b - 1]
+    rank = np.empty(q + 1, dtype=np.int64)
+    for i in range(q + 1):
+        rank[order[i]] = i
+    for k in range(q):
+        j = idx[k]
+        b = rank[k]
+        released = 0.0
+        for g in range(n_groups):
+            if elig[j, g] != 0:
+                released += hist[g, b]
+        cap = pool_cap[j]
+        job[k, _FUTURE] = min(released / cap, 1.0) if cap > 0 else 0.0
+    near = 0.0
+    for g in range(n_groups):
+        near += hist[g, rank[q]]
+    cluster[_C_FUTURE] = min(near / total_cap, 1.0) if total_cap > 0 else 0.0
+
+
+@njit(cache=True)
+def kinds_kernel(
+    free_gpus: np.ndarray,
+    free_share: np.ndarray,
+    free_cpu: np.ndarray,
+    free_mem: np.ndarray,
+    idle: np.ndarray,
+    group_of_node: np.ndarray,
+    free_g: np.ndarray,
+    idle_g: np.ndarray,
+    partial_g: np.ndarray,
+    n_bins: int,
+    level: np.ndarray,
+    req_gpus: np.ndarray,
+    req_cpu: np.ndarray,
+    req_mem: np.ndarray,
+    gang: np.ndarray,
+    m_nodes: np.ndarray,
+    need_ok: np.ndarray,
+    kind_req: np.ndarray,
+    kind_elig: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """``WorkloadFeaturizer._kinds_on``: per job kind (request ``kind_req``, eligible groups
+    ``kind_elig``), into ``out`` [K, 5]: ways, stranded GPUs and feasibility summed over its
+    eligible groups, its pool's free GPUs and idle nodes.
+
+    The per-request rows follow ``fast_ways.request_rows`` (``ways.request_ways``'s rules), node
+    by node: single-node requests fit where the node's GPU level, CPUs and memory reach the
+    request's; gangs through the histogram of usable GPUs per group. Every value is an integer
+    count: the same in any order."""
+    n_req = len(level)
+    n_groups = len(free_g)
+    n_nodes = len(free_gpus)
+    rows = np.zeros((n_req, n_groups, 3))
+    # per node: GPU level (1000 per free whole GPU, else the largest free share below 1000) and
+    # the free GPUs it holds if partially used
+    node_level = np.empty(n_nodes, dtype=np.int64)
+    node_partial = np.empty(n_nodes, dtype=np.int64)
+    for n in range(n_nodes):
+        w = free_gpus[n]
+        node_level[n] = w * 1000 if w > 0 else min(free_share[n], 999)
+        node_partial[n] = 0 if idle[n] else w
+    hist = np.zeros((n_groups, n_bins), dtype=np.int64)
+    phist = np.zeros((n_groups, n_bins), dtype=np.int64)
+    big = np.int64(1) << np.int64(40)
+    for r in range(n_req):
+        if not gang[r]:
+            lv, c, m = level[r], req_cpu[r], req_mem[r]
+            for n in range(n_nodes):
+                if node_level[n] >= lv and free_cpu[n] >= c and free_mem[n] >= m:
+                    g = group_of_node[n]
+                    rows[r, g, 0] += 1.0
+                    rows[r, g, 1] -= node_partial[n]
+            for g in range(n_groups):
+                rows[r, g, 1] += partial_g[g]
+                rows[r, g, 2] = 1.0 if rows[r, g, 0] > 0 else 0.0
+            continue
+        gp, c, m = req_gpus[r], req_cpu[r], req_mem[r]
+        hist[:] = 0
+        phist[:] = 0
+        for n in range(n_nodes):
+            w = free_gpus[n]
+            if w <= 0:
+                continue
+            u = w
+            lim = free_cpu[n] * gp // c if c > 0 else big
+            if lim < u:
+                u = lim
+            lim = free_mem[n] * gp // m if m > 0 else big
+            if lim < u:
+                u = lim
+            g = group_of_node[n]
+            hist[g, u] += 1
+            phist[g, u] += node_partial[n]
+        for g in range(n_groups):
+            mm = m_nodes[r, g]
+            # at_least[v] = nodes with u >= v, from the top; sums of min(at_least[v], M), (M - 1)
+            at_least = 0
+            top_m = 0
+            top_m1 = 0
+            for v in range(n_bins - 1, 0, -1):
+                at_least += hist[g, v]
+                top_m += min(at_least, mm)
+                top_m1 += min(at_least, mm - 1)
+            feasible = top_m >= gp
+            thr = max(1, gp - top_m1) if feasible else n_bins - 1
+            ways = 0
+            for v in range(thr, n_bins):
+                ways += hist[g, v]
+            stranded = 0
+            for v in range(thr):
+                stranded += phist[g, v]
+            rows[r, g, 0] = ways
+            rows[r, g, 1] = stranded
+            rows[r, g, 2] = 1.0 if feasible and need_ok[r, g] else 0.0
+    for k in range(len(kind_req)):
+        r = kind_req[k]
+        a0 = 0.0
+        a1 = 0.0
+        a2 = 0.0
+        a3 = 0.0
+        a4 = 0.0
+        for g in range(n_groups):
+            if kind_elig[k, g] != 0:
+                a0 += rows[r, g, 0]
+                a1 += rows[r, g, 1]
+                a2 += rows[r, g, 2]
+                a3 += free_g[g]
+                a4 += idle_g[g]
+        out[k, 0] = a0
+        out[k, 1] = a1
+        out[k, 2] = a2
+        out[k, 3] = a3
+        out[k, 4] = a4
+
+
+@njit(cache=True)
+def gather_kernel(
+    idx: np.ndarray, demand_share: np.ndarray, elig: np.ndarray, share_q: np.ndarray, elig_q: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``demand_share[idx]`` and ``elig[idx]`` into contiguous ``share_q``, ``elig_q``: the
+    operands of ``demand_supply``'s two numpy products, gathered in one call."""
+    for k in range(len(idx)):
+        j = idx[k]
+        share_q[k] = demand_share[j]
+        for g in range(elig.shape[1]):
+            elig_q[k, g] = elig[j, g]
+
+
+@njit(cache=True)
+def finish_kernel(
+    job: np.ndarray,
+    cols: np.ndarray,
+    wait_log: np.ndarray,
+    log_horizon: float,
+    pool_demand: np.ndarray,
+    cluster: np.ndarray,
+    critic_cols: np.ndarray,
+    obs: np.ndarray,
+    critic: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """The observation ``obs`` [Q, len(cols)] (float32) from the kernel's columns ``job``, with
+    the two numpy-computed ones finished here: ``wait`` (``min(log1p(wait / unit) / log_horizon,
+    1)`` from ``wait_log``) and ``demand_supply`` (``pool_demand / (pool_demand + pool's free
+    GPUs)``, 0 where that is 0); and the critic values ``cluster[critic_cols]`` (float32)."""
+    q = job.shape[0]
+    n_job = job.shape[1] - N_EXTRA
+    for i in range(len(cols)):
+        c = cols[i]
+        for k in range(q):
+            if c == _WAIT:
+                v = min(wait_log[k] / log_horizon, 1.0)
+            elif c == _DEMAND_SUPPLY:
+                den = pool_demand[k] + job[k, n_job + 1]
+                v = pool_demand[k] / den if den > 0 else 0.0
+            else:
+                v = job[k, c]
+            obs[k, i] = np.float32(v)
+    for i in range(len(critic_cols)):
+        critic[i] = np.float32(cluster[critic_cols[i]])
+
+
+@njit(cache=True)
+def running_insert(
+    job: np.ndarray, group: np.ndarray, end: np.ndarray, n: int, j: int, g: int, e: float
+) -> None:  # pragma: no cover - compiled
+    """Insert (j, g, e) into the first ``n`` entries of the arrays, kept sorted by ``end``: after
+    the entries with an end <= e (``searchsorted(end[:n], e, "right")``)."""
+    k = np.searchsorted(end[:n], e, side="right")
+    for i in range(n, k, -1):
+        job[i] = job[i - 1]
+        group[i] = group[i - 1]
+        end[i] = end[i - 1]
+    job[k] = j
+    group[k] = g
+    end[k] = e
+
+
+@njit(cache=True)
+def running_remove(
+    job: np.ndarray, group: np.ndarray, end: np.ndarray, n: int, j: int, e: float
+) -> None:  # pragma: no cover - compiled
+    """Remove job ``j`` (its end ``e``) from the first ``n`` entries, keeping the others' order."""
+    k = np.searchsorted(end[:n], e)
+    while job[k] != j:  # past other jobs with the same end
+        k += 1
+    for i in range(k, n - 1):
+        job[i] = job[i + 1]
+        group[i] = group[i + 1]
+        end[i] = end[i + 1]
