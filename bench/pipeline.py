@@ -156,16 +156,34 @@ async def recorded(ctx: dict[str, Any], timeout_s: float = 60.0) -> None:
     raise TimeoutError("the recorder did not store the decisions in time")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def latency(ctx: dict[str, Any], src: Any, size: int, samples: int, warmup: int) -> dict[str, Any]:
-    """One snapshot at a time, each published once the previous decision has been stored."""
+    """One snapshot at a time, each published once the previous decision has been stored.
+
+    Besides the wall-clock latency, the CPU time each process of the stack spent per decision
+    (``/proc``: user + system, everything the process did, reading and writing the bus included):
+    unlike the latency it hardly moves with other load on the machine, so it compares builds.
+    """
     ms: list[float] = []
     stages: dict[str, list[float]] = {}
     placed: list[int] = []
+    procs: dict[str, int] = ctx.get("procs", {})
+    cpu0: dict[str, float] = {}
     seq = int(time.time() * 1000)
     for i in range(warmup + samples):
         seq += 1
         snap = snapshot_of(src, size, "k0", seq, offset=i * 7)
         await recorded(ctx)
+        if i == warmup:
+            cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         took, decision = await one(ctx, snap)
         if i < warmup:
             continue
@@ -173,8 +191,11 @@ async def latency(ctx: dict[str, Any], src: Any, size: int, samples: int, warmup
         placed.append(sum(1 for c in decision.placements.node_count if c))
         for k, v in decision.latencies_ms.items():
             stages.setdefault(k, []).append(v)
+    await recorded(ctx)
+    cpu = {name: (cpu_seconds(pid) - cpu0.get(name, 0.0)) * 1e3 / samples for name, pid in procs.items()}
     a = np.array(ms)
     return {
+        "cpu_ms_per_decision": cpu,
         "pending_jobs": len(snap.pending),
         "nodes": len(snap.nodes),
         "running_jobs": len(snap.running),
@@ -285,6 +306,13 @@ def main() -> None:
 
                 await nc.subscribe(subjects.all_clusters("placements"), cb=on_decision)
                 ctx = {
+                    "procs": {
+                        c.name
+                        + (
+                            f"-{c.env['HYLO_PLACER_ROLE']}" if c.env and "HYLO_PLACER_ROLE" in c.env else ""
+                        ): (c.proc.pid)
+                        for c in stack.children
+                    },
                     "publisher": Publisher(js, subjects, limits),
                     "waiting": waiting,
                     "js": js,
@@ -339,6 +367,19 @@ def main() -> None:
         )
     console.print(lat)
     console.print(per_stage)
+    proc_names = sorted({k for r in results["latency"] for k in r["cpu_ms_per_decision"]})
+    cpu = Table(title="CPU time per decision (ms) of each process, from /proc: user + system")
+    for col in ("scenario", "pending", *proc_names, "total"):
+        cpu.add_column(col)
+    for r in results["latency"]:
+        per = r["cpu_ms_per_decision"]
+        cpu.add_row(
+            r["scenario"],
+            f"{r['pending_jobs']:,}",
+            *(f"{per.get(k, 0.0):.1f}" for k in proc_names),
+            f"{sum(per.values()):.1f}",
+        )
+    console.print(cpu)
     thr = Table(title="sustained throughput, one replica per service")
     for col in ("scenario", "pending", "in flight", "decisions", "decisions/s"):
         thr.add_column(col)

@@ -42,8 +42,9 @@ from services.featurizer.stage import FeaturizerStage  # noqa: E402
 from services.placer.stage import PlacerStage  # noqa: E402
 from services.prioritizer.stage import PrioritizerStage  # noqa: E402
 from shared.schemas import FeatureMatrix, PlacementDecision, PriorityVector, QueueSnapshot  # noqa: E402
-from shared.schemas.codec import decode, encode  # noqa: E402
+from shared.schemas.codec import RECEIVED, decode, encode  # noqa: E402
 from shared.schemas.limits import Limits  # noqa: E402
+from shared.schemas.messages import MatrixRef  # noqa: E402
 from shared.service.clusters import load_specs  # noqa: E402
 from shared.service.latency import with_wait  # noqa: E402
 
@@ -112,12 +113,21 @@ def main() -> None:
         matrix_raw = timed("encode the matrix", lambda: encode(matrix, limits))
         received = timed("decode the matrix", lambda: decode(FeatureMatrix, matrix_raw, limits))
         vector = with_wait(await prioritize(received), "prioritize", 0.0)
-        vector_raw = timed("encode the vector", lambda: encode(vector, limits))
+
+        def named() -> bytes:  # as the prioritizer service sends it: the matrix by reference
+            ref = MatrixRef(seq=1 + i, sha256=RECEIVED.digest_of(received) or "")
+            return encode(vector.model_copy(update={"matrix_ref": ref}), limits)
+
+        vector_raw = timed("encode the vector", named)
         # the deciding placer: its own copies of the snapshot and of the matrix, decoded ahead
         snap_p = timed("decode the snapshot ahead", lambda: decode(QueueSnapshot, raw, limits))
         prepared = timed("prepare the snapshot", lambda: placer.prepare(snap_p))
-        # as ``shared.bus.ahead.DecodeAhead`` does: decode, then build the rows the placer reads
-        timed("decode the matrix ahead", lambda: decode(FeatureMatrix, matrix_raw, limits).warm())
+
+        # as ``shared.bus.ahead.DecodeAhead`` does: decode, then the digest a vector names it by
+        def ahead() -> None:
+            RECEIVED.digest_of(decode(FeatureMatrix, matrix_raw, limits))
+
+        timed("decode the matrix ahead", ahead)
         vector_p = timed("decode the vector", lambda: decode(PriorityVector, vector_raw, limits))
         decision: Any = timed("place", lambda: placer.handle(vector_p, snap_p, None, prepared))
         decision = with_wait(decision, "place", 0.0)

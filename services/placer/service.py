@@ -1,18 +1,19 @@
 """The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
 jobs, outcomes, model versions and shadow models' priorities (``recorder-shadows``).
 
-Order of effects for one vector: decode it (its matrix was decoded ahead, as the featurizer
-published it: ``shared.bus.ahead``), find its snapshot (``shared.bus.snapshots``: every snapshot
-reaches every placer replica as it is published and the newest is decoded while the featurizer and
-the prioritizer work; one not in memory is read from the snapshots stream), decide, publish the
-decision, store the jobs seen for the first time, ack. A vector whose snapshot is gone (superseded in the
-snapshots stream, which keeps the newest per cluster) is stale: it is acked without a decision and
-counted, as latest-wins skips stale snapshots. Storing the decision itself (one row per ranked job:
-1,024 rows for a 1,024-job queue) is the ``recorder-decisions`` route's work, a separate durable
-consumer on the placements stream: the next vector does not wait for the previous decision's rows.
-Every write is insert-or-ignore and every consumer acks after its write, so a crash anywhere
-redelivers and every decision, job and outcome lands exactly once, also across restarts (a
-republished decision has the same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window).
+Order of effects for one vector: decode it (it names its matrix, which was decoded ahead as the
+featurizer published it, ``shared.bus.ahead``, or is read from the features stream), find its
+snapshot (``shared.bus.snapshots``: every snapshot reaches every placer replica as it is published
+and the newest is decoded while the featurizer and the prioritizer work; one not in memory is read
+from the snapshots stream), decide, publish the decision, store the jobs seen for the first time,
+ack. A vector whose snapshot is gone (superseded in the snapshots stream, which keeps the newest per
+cluster) is stale: it is acked without a decision and counted, as latest-wins skips stale snapshots.
+Storing the decision itself (one row per ranked job: 1,024 rows for a 1,024-job queue) is the
+``recorder-decisions`` route's work, a separate durable consumer on the placements stream: the next
+vector does not wait for the previous decision's rows. Every write is insert-or-ignore and every
+consumer acks after its write, so a crash anywhere redelivers and every decision, job and outcome
+lands exactly once, also across restarts (a republished decision has the same ``Nats-Msg-Id`` and is
+dropped by the stream's duplicate window).
 
 Why the placer records: it is the one pipeline service that owns the database connection; the
 ``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding and
@@ -31,9 +32,10 @@ from prometheus_client import Counter
 
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import SERVICE_SETTINGS, PlacerStage
-from shared.bus.ahead import DecodeAhead
+from shared.bus.ahead import DecodeAhead, fetch_stored
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
+from shared.schemas.codec import RECEIVED, MissingReference
 from shared.schemas.messages import (
     FeatureMatrix,
     JobOutcome,
@@ -126,6 +128,16 @@ async def build(ctx: ServiceContext) -> Wiring:
                 await record_pending(conn, vector.cluster, matrix.jobs.take(rows))
             known.add(vector.cluster, new)
 
+    async def fetch_matrix(missing: MissingReference) -> bool:
+        """A vector's matrix not decoded yet: still waiting to be decoded ahead (the vector came
+        first), else read from the features stream by the sequence the vector names (this replica
+        started later, missed it or evicted it)."""
+        limits = ctx.publisher.limits
+        matrices.decode_waiting()
+        if RECEIVED.with_digest(missing.sha256, FeatureMatrix, limits) is not None:
+            return True
+        return await fetch_stored(ctx.js, ctx.subjects, FeatureMatrix, missing, limits)
+
     async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
             await record_decision(conn, decision)
@@ -149,6 +161,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             durable="placer",
             handle=on_priorities,
             reject=(StageError,),
+            fetch_missing=fetch_matrix,
         ),
     ]
     record: list[Route[Any]] = [

@@ -51,7 +51,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -65,6 +64,7 @@ from shared.placement.walk import NeedsFallback, WalkState
 from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
+from shared.schemas.packed import FloatRows
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
 from shared.schemas.stage_error import StageError
@@ -449,8 +449,7 @@ class PlacerStage:
         can_now = None
         if "can_schedule_now" in matrix.columns:
             col = matrix.columns.index("can_schedule_now")
-            column = np.fromiter(map(itemgetter(col), matrix.values), dtype=np.float64, count=len(jobs))
-            can_now = column > 0.5
+            can_now = matrix.values.array[:, col] > 0.5
         decided = self.decide(ss, jobs, binding, order, snap.time, can_now, base)
 
         placements = self._placements(ss, decided, order, vector)
@@ -513,7 +512,8 @@ class PlacerStage:
             mode=tuple(modes),
             reserved_s=tuple(map(reserved.get, rows)),
             feature_columns=matrix.columns,
-            features=pick(matrix.values, rows),
+            # one numpy gather: the rows stay float64 bits, packed again on the wire
+            features=FloatRows(matrix.values.array[order]),
         )
 
     # -- the walk ---------------------------------------------------------------------------------

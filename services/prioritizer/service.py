@@ -36,7 +36,8 @@ from services.prioritizer.settings import PrioritizerSettings
 from services.prioritizer.stage import PrioritizerStage
 from shared.bus.consumer import Delivery
 from shared.bus.snapshots import SnapshotCache
-from shared.schemas.messages import FeatureMatrix, ModelVersion, PriorityVector, ShadowPriorities
+from shared.schemas.codec import RECEIVED
+from shared.schemas.messages import FeatureMatrix, MatrixRef, ModelVersion, PriorityVector, ShadowPriorities
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
@@ -196,6 +197,10 @@ async def build(ctx: ServiceContext) -> Wiring:
         if vector.fallback:
             fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
         start_shadow(matrix, vector)  # after, and without waiting for it
+        digest = RECEIVED.digest_of(matrix)
+        if digest is not None:  # the vector names the matrix instead of re-sending it
+            ref = MatrixRef(seq=delivery.stream_seq, sha256=digest)
+            vector = vector.model_copy(update={"matrix_ref": ref})
         return with_wait(vector, "prioritize", wait)
 
     async def on_model(version: ModelVersion, _delivery: Delivery) -> None:

@@ -1,20 +1,24 @@
-"""Decoding a kind of message as it is published, before the message that nests it arrives.
+"""Decoding a kind of message as it is published, before the message that names it arrives.
 
-Why: the placer's PriorityVector nests the FeatureMatrix the featurizer published a few milliseconds
-earlier, byte for byte (``shared.schemas.codec.ReceivedJson``). A placer replica that receives every
-matrix as it is published (a plain core NATS subscription, no consumer state on the server) and
-decodes it while the prioritizer works decodes the vector afterwards without re-reading the matrix:
-about 2 ms less between snapshot and decision for a 1,024-job queue on openb.
+Why: the placer's PriorityVector names the FeatureMatrix the featurizer published a few milliseconds
+earlier by reference (its sequence in the features stream and the sha256 of its bytes,
+``shared.schemas.messages.MatrixRef``), or nests it byte for byte (``shared.schemas.codec
+.ReceivedJson``). A placer replica that receives every matrix as it is published (a plain core NATS
+subscription, no consumer state on the server) and decodes it while the prioritizer works decodes
+the vector afterwards without reading the matrix on the path: about 2 ms less between snapshot and
+decision for a 1,024-job queue on openb, and a vector of a few kB instead of 0.3 MB.
 
-Nothing depends on it for correctness: a matrix not decoded ahead (missed, not yet decoded, invalid)
-only means the vector is decoded whole, as without this module. Only the newest matrix of each
-cluster is decoded (one published while an older one waits supersedes it), so a burst costs no more
-than the vectors that follow it.
+Nothing depends on it for correctness: a matrix not decoded ahead (missed, not yet decoded, invalid,
+the replica restarted) is read from the features stream by the sequence the vector names
+(``fetch_stored``, the placer's consumer calls it), or, for a vector that nests its matrix, decoded
+with the vector. Only the newest matrix of each cluster is decoded (one published while an older one
+waits supersedes it), so a burst costs no more than the vectors that follow it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,13 +26,16 @@ from typing import Generic, TypeVar
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
+from shared.bus.streams import stream_name
 from shared.schemas.base import Message
-from shared.schemas.codec import MessageError, decode
+from shared.schemas.codec import RECEIVED, MessageError, MissingReference, decode
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
-from shared.schemas.subjects import Kind, SubjectError, Subjects
+from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects
 
-__all__ = ["DecodeAhead", "DecodeAheadStats"]
+__all__ = ["DecodeAhead", "DecodeAheadStats", "fetch_stored"]
 
 log = logging.getLogger("hylo.bus.ahead")
 
@@ -91,19 +98,59 @@ class DecodeAhead(Generic[M]):
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
+    def decode_waiting(self) -> None:
+        """Decode now whatever waits: a message naming one of them arrived before its turn came."""
+        while self._waiting:
+            cluster = next(iter(self._waiting))
+            self._decode(cluster, self._waiting.pop(cluster))
+
     async def _drain(self) -> None:
         """Decode what waits, one message at a time, letting other work run in between."""
         while self._waiting:
             cluster = next(iter(self._waiting))
-            data = self._waiting.pop(cluster)
-            try:
-                message = decode(self.model, data, self.limits)
-                warm = getattr(message, "warm", None)
-                if callable(warm):  # what the handler would otherwise build on the path
-                    warm()
-            except MessageError as err:  # the consumer of the nesting message reports it
-                self.stats.invalid += 1
-                log.debug("%s of %s decoded ahead is invalid: %s", self.kind, cluster, err.reason)
-            else:
-                self.stats.decoded += 1
+            self._decode(cluster, self._waiting.pop(cluster))
             await asyncio.sleep(0)
+
+    def _decode(self, cluster: str, data: bytes) -> None:
+        try:
+            message = decode(self.model, data, self.limits)
+            RECEIVED.digest_of(message)  # what a vector's reference is matched against
+            warm = getattr(message, "warm", None)
+            if callable(warm):  # what the handler would otherwise build on the path
+                warm()
+        except MessageError as err:  # the consumer of the naming message reports it
+            self.stats.invalid += 1
+            log.debug("%s of %s decoded ahead is invalid: %s", self.kind, cluster, err.reason)
+        else:
+            self.stats.decoded += 1
+
+
+async def fetch_stored(
+    js: JetStreamContext,
+    subjects: Subjects,
+    model: type[Message],
+    missing: MissingReference,
+    limits: Limits = DEFAULT_LIMITS,
+) -> bool:
+    """Read the message ``missing`` names from its stream and decode it as ``model`` (so that the
+    message naming it decodes next: ``decode`` remembers it); False if the stream no longer holds it.
+
+    MessageError if the stored message is not the one named (another sha256: a stream re-created
+    since) or is invalid. Other errors (the server unreachable) propagate: the consumer then leaves
+    the naming message unacked, and it comes back.
+    """
+    kind = next((k for k in KINDS if k == missing.kind), None)
+    if kind is None:
+        raise MessageError(f"a reference to a message of unknown kind {missing.kind!r}")
+    stream = stream_name(subjects, kind)
+    try:
+        stored = await js.get_msg(stream, seq=missing.seq)
+    except NotFoundError:  # expired (the work streams keep a day) or the stream was re-created
+        return False
+    if stored.data is None:
+        return False
+    digest = hashlib.sha256(stored.data).hexdigest()
+    if digest != missing.sha256:
+        raise MessageError(f"{stream} sequence {missing.seq} has sha256 {digest[:16]}..., another message")
+    decode(model, stored.data, limits)
+    return True

@@ -25,6 +25,10 @@ The guarantees, and how each is obtained:
 - **Replicas share the work.** Every replica binds to the same durable pull consumer (same
   ``durable`` name); JetStream hands each message to one fetcher, which is NATS' queue-group semantics
   for pull consumers.
+- **References.** A message that names another by reference (a PriorityVector its FeatureMatrix,
+  ``shared.schemas.codec.MissingReference``) decodes only where that one was received; with
+  ``fetch_missing`` the consumer fetches it (from its stream) and decodes again, and a message whose
+  reference is nowhere to be had is dead-lettered with the reason.
 - **Tracing.** Each handled message runs inside a CONSUMER span whose parent is the trace context
   found in its headers, so spans of all services for one snapshot form one trace.
 """
@@ -53,7 +57,7 @@ from shared.bus.settings import BusSettings
 from shared.bus.streams import ensure_streams, stream_name
 from shared.bus.tracing import extract_context
 from shared.schemas.base import Message
-from shared.schemas.codec import MessageError, decode
+from shared.schemas.codec import MessageError, MissingReference, decode
 from shared.schemas.deadletter import DeadLetter, FieldError
 from shared.schemas.subjects import Kind, SubjectError
 
@@ -77,6 +81,9 @@ class Delivery:
 
 
 Handler = Callable[[M, Delivery], Awaitable[None]]
+#: fetches a message another one names by reference (``MissingReference``) so that it decodes; True if
+#: it now may (the message is then decoded again), False if it is nowhere to be had
+FetchMissing = Callable[[MissingReference], Awaitable[bool]]
 
 
 @dataclass
@@ -87,6 +94,8 @@ class ConsumerStats:
     skipped_stale: int = 0
     dead_lettered: int = 0
     handler_errors: int = 0
+    #: messages decoded after fetching the message they name by reference (``fetch_missing``)
+    fetched_references: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -116,8 +125,10 @@ class Consumer(Generic[M]):
         reject: tuple[type[Exception], ...] = (),
         deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
         inactive_threshold_s: float | None = None,
+        fetch_missing: FetchMissing | None = None,
     ) -> None:
         self.js = js
+        self.fetch_missing = fetch_missing
         self.publisher = publisher
         self.subjects = publisher.subjects
         self.kind = kind
@@ -220,6 +231,8 @@ class Consumer(Generic[M]):
         except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either when idle
             return 0
         decoded = [self._decode(m) for m in msgs]
+        if self.fetch_missing is not None:
+            decoded = [await self._with_reference(d) for d in decoded]
         if self.latest_wins:
             for d in decoded:
                 if d.message is not None:
@@ -246,6 +259,27 @@ class Consumer(Generic[M]):
                         await waiting.msg.in_progress()
                 renewed = time.monotonic()
             await self._process(d)
+
+    async def _with_reference(self, d: _Decoded[M]) -> _Decoded[M]:
+        """``d`` decoded again once the message it names by reference was fetched; as it was if that
+        message is nowhere to be had (it is then dead-lettered with the reason) or ``d`` is fine."""
+        if not isinstance(d.error, MissingReference) or self.fetch_missing is None:
+            return d
+        try:
+            fetched = await self.fetch_missing(d.error)
+        except MessageError as err:  # the stored message is invalid or not the one named
+            reason = f"{d.error.reason}; fetched from its stream: {err.reason}"
+            return _Decoded(d.msg, None, MessageError(reason))
+        except Exception as err:  # the server did not answer: the message comes back, unacked...
+            if d.msg.metadata.num_delivered < self.settings.max_deliver:
+                raise
+            # ...until its last delivery, where it is dead-lettered rather than dropped by the server
+            reason = f"{d.error.reason}; fetching it failed: {type(err).__name__}: {err}"
+            return _Decoded(d.msg, None, MessageError(reason))
+        if not fetched:
+            return _Decoded(d.msg, None, MessageError(f"{d.error.reason}, nor in its stream"))
+        self.stats.fetched_references += 1
+        return self._decode(d.msg)
 
     def _decode(self, msg: Msg) -> _Decoded[M]:
         try:

@@ -14,7 +14,7 @@ from shared.schemas.base import (
     StageLatencies,
     new_correlation_id,
 )
-from shared.schemas.codec import MessageError, decode, encode
+from shared.schemas.codec import MessageError, MissingReference, decode, encode
 from shared.schemas.deadletter import DeadLetter, FieldError
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import (
@@ -22,6 +22,7 @@ from shared.schemas.messages import (
     FeatureMatrix,
     JobOutcome,
     JobPlacement,
+    MatrixRef,
     ModelVersion,
     PlacementDecision,
     Placements,
@@ -54,8 +55,10 @@ __all__ = [
     "JobPlacement",
     "Kind",
     "Limits",
+    "MatrixRef",
     "Message",
     "MessageError",
+    "MissingReference",
     "ModelVersion",
     "NodeState",
     "NodeStates",

@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: the version written by this build; bump it when a field changes meaning or shape. Version 2 sent a
 #: snapshot's running jobs and nodes as columns; version 3 sends every big collection as columns
 #: (pending jobs, a running job's nodes flat, a decision's placements: ``shared.schemas.columns``).
-#: Version 4 sends a FeatureMatrix's ``values`` as packed float64 (``shared.schemas.packed``); the
-#: version-3 form of that field (rows of JSON numbers) is still read, every other field is the same,
-#: so version 3 is still read. Older versions are not: reading them would cost the fast decoding
-#: they were replaced for.
+#: Version 4 sends a FeatureMatrix's ``values`` and a decision's ``features`` as packed float64
+#: (``shared.schemas.packed``), a running job's nodes as positions in the snapshot's node table
+#: (``RunningJobs.node_index``) and a PriorityVector's matrix by reference (``matrix_ref``). Each
+#: version-3 form (rows of JSON numbers, node names, the matrix nested) is still read, every other
+#: field is the same, so version 3 is still read. Older versions are not: reading them would cost
+#: the fast decoding they were replaced for.
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4})
 

@@ -7,6 +7,7 @@ every rejection must carry a one-line reason plus per-field errors for the dead-
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from typing import Any, TypeVar
@@ -26,6 +27,18 @@ class MessageError(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.errors = errors
+
+
+class MissingReference(MessageError):
+    """A message that names a nested message by reference (``REFERENCED``) which this process has not
+    received: ``seq`` is where it is stored in the ``kind`` stream, ``sha256`` the digest of its bytes.
+    A consumer may fetch it (``shared.bus.consumer``'s ``fetch_missing``) and decode again."""
+
+    def __init__(self, reason: str, kind: str, seq: int, sha256: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.seq = seq
+        self.sha256 = sha256
 
 
 class ReceivedJson:
@@ -53,6 +66,7 @@ class ReceivedJson:
         #: the newest message is always kept; older ones while their bytes stay under this
         self.max_bytes = max_bytes
         self._by_id: OrderedDict[int, tuple[BaseModel, bytes, Limits]] = OrderedDict()
+        self._digests: dict[int, str] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -62,8 +76,10 @@ class ReceivedJson:
             self._bytes -= len(old[1]) if old is not None else 0
             self._by_id[id(message)] = (message, data, limits)
             self._bytes += len(data)
+            self._digests.pop(id(message), None)
             while len(self._by_id) > 1 and (len(self._by_id) > self.keep or self._bytes > self.max_bytes):
-                _, (_, dropped, _) = self._by_id.popitem(last=False)
+                key, (_, dropped, _) = self._by_id.popitem(last=False)
+                self._digests.pop(key, None)
                 self._bytes -= len(dropped)
 
     def of(self, message: BaseModel) -> bytes | None:
@@ -71,6 +87,30 @@ class ReceivedJson:
         with self._lock:
             found = self._by_id.get(id(message))
         return found[1] if found is not None and found[0] is message else None
+
+    def digest_of(self, message: BaseModel) -> str | None:
+        """The sha256 (hex) of the bytes ``message`` was decoded from (computed once), or None."""
+        with self._lock:
+            found = self._by_id.get(id(message))
+            digest = self._digests.get(id(message))
+        if found is None or found[0] is not message:
+            return None
+        if digest is None:
+            digest = hashlib.sha256(found[1]).hexdigest()
+            with self._lock:
+                if self._by_id.get(id(message)) is found:
+                    self._digests[id(message)] = digest
+        return digest
+
+    def with_digest(self, digest: str, model: type[BaseModel], limits: Limits) -> BaseModel | None:
+        """A remembered ``model`` instance (validated under ``limits``) whose bytes have sha256
+        ``digest``, newest first; None if there is none."""
+        with self._lock:
+            entries = list(self._by_id.values())
+        for message, _, kept_under in reversed(entries):
+            if type(message) is model and kept_under == limits and self.digest_of(message) == digest:
+                return message
+        return None
 
     def ending(self, data: bytes, name: str, limits: Limits) -> tuple[BaseModel, int] | None:
         """A remembered message (validated under ``limits``) whose bytes end ``data`` as its field
@@ -122,11 +162,27 @@ def _splices_received(message: BaseModel) -> bool:
     return any(RECEIVED.of(getattr(message, n)) is not None for n in getattr(message, "NESTED_RECEIVED", ()))
 
 
+def _referenced(message: BaseModel) -> set[str]:
+    """The nested fields of ``message`` sent as a reference (``REFERENCED``: field -> reference field,
+    the reference set), left out of its JSON."""
+    refs: dict[str, str] = getattr(message, "REFERENCED", {})
+    return {name for name, ref in refs.items() if getattr(message, ref) is not None}
+
+
 def encode(message: BaseModel, limits: Limits = DEFAULT_LIMITS) -> bytes:
     """Compact JSON bytes; raises MessageError if the result exceeds ``limits.max_message_bytes``.
 
-    A nested message that was itself received as JSON (``ReceivedJson``) is spliced in as received.
+    A nested message sent by reference (``REFERENCED``, its reference field set) is left out. A nested
+    message that was itself received as JSON (``ReceivedJson``) is spliced in as received.
     """
+    if referenced := _referenced(message):
+        data = message.__pydantic_serializer__.to_json(message, exclude=referenced)
+        if len(data) > limits.max_message_bytes:
+            raise MessageError(
+                f"{type(message).__name__} encodes to {len(data)} bytes, more than the limit of "
+                f"{limits.max_message_bytes} bytes"
+            )
+        return data
     data = _with_received(message) or message.__pydantic_serializer__.to_json(message)
     if len(data) > limits.max_message_bytes and _splices_received(message):
         # the received bytes may be less compact than a fresh encoding (a foreign publisher's
@@ -156,6 +212,8 @@ def decode(model: type[M], data: bytes | str, limits: Limits = DEFAULT_LIMITS) -
             f"message of {size} bytes exceeds the limit of {limits.max_message_bytes} bytes "
             f"for {model.__name__}"
         )
+    if isinstance(data, bytes) and (known := _decode_with_reference(model, data, limits)) is not None:
+        return known
     if isinstance(data, bytes) and (known := _decode_with_received(model, data, limits)) is not None:
         return known
     try:
@@ -200,4 +258,41 @@ def _decode_with_received(model: type[M], data: bytes, limits: Limits) -> M | No
             return model.model_validate({**fields, name: nested}, context=context)
         except ValidationError:
             return None
+    return None
+
+
+def _decode_with_reference(model: type[M], data: bytes, limits: Limits) -> M | None:
+    """``data`` decoded as ``model`` with a nested message it names by reference (``REFERENCED``)
+    taken from the remembered ones (``ReceivedJson.with_digest``); None when ``data`` does not use a
+    reference (or is invalid: the caller then decodes the whole payload, which reports the error).
+    ``MissingReference`` when the referenced message is not at hand."""
+    refs: dict[str, str] = getattr(model, "REFERENCED", {})
+    for name, ref_name in refs.items():
+        if b'"' + ref_name.encode() + b'":{' not in data:
+            continue
+        context = limits.context()
+        try:
+            head = _head_model(model, name).model_validate_json(data, context=context)
+        except ValidationError:
+            return None
+        ref = getattr(head, ref_name)
+        if ref is None:
+            continue
+        nested_model = model.model_fields[name].annotation
+        assert isinstance(nested_model, type) and issubclass(nested_model, BaseModel)
+        nested = RECEIVED.with_digest(ref.sha256, nested_model, limits)
+        if nested is None:
+            kind = str(getattr(nested_model, "kind", name))
+            raise MissingReference(
+                f"invalid {model.__name__}: {ref_name}: the {nested_model.__name__} it ranks ({kind} stream "
+                f"sequence {ref.seq}, sha256 {ref.sha256[:16]}...) is not at hand",
+                kind,
+                ref.seq,
+                ref.sha256,
+            )
+        fields = {f: getattr(head, f) for f in head.model_fields_set}
+        try:
+            return model.model_validate({**fields, name: nested}, context=context)
+        except ValidationError as err:
+            raise describe(model, err) from None
     return None

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     JsonValue,
     StringConstraints,
@@ -36,7 +37,7 @@ from shared.schemas.base import (
 )
 from shared.schemas.columns import FlatNodeColumns, require_unique
 from shared.schemas.limits import check_count, limits_of
-from shared.schemas.packed import FloatTable
+from shared.schemas.packed import FloatTable, empty_table
 from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJobs, QueueSnapshot
 
 MAX_FEATURES = 64
@@ -51,18 +52,6 @@ class ExcludedJob(Strict):
 
     job_id: JobId
     reason: Reason
-
-
-def _check_width(name: str, rows: tuple[tuple[float, ...], ...], width: int, of: str) -> None:
-    """Every row of ``rows`` must have ``width`` entries; name the first that does not.
-
-    The check runs at C speed (``map(len, ...)``): a generator over a 1,024-row matrix cost 0.6 ms,
-    paid at every hop that builds or decodes a matrix (the featurizer, the prioritizer, the placer).
-    """
-    if all(map(width.__eq__, map(len, rows))):
-        return
-    i = next(i for i, r in enumerate(rows) if len(r) != width)
-    raise ValueError(f"{name} row {i} has {len(rows[i])} entries, expected {width} ({of})")
 
 
 def _same_origin(msg: Message, inner: Message, what: str) -> None:
@@ -124,20 +113,44 @@ class FeatureMatrix(Message):
         """The featurized jobs' ids, in row order."""
         return self.jobs.job_id
 
-    def warm(self) -> None:
-        """Build the row tuples of ``values`` now (``shared.bus.ahead`` calls it while the matrix waits
-        for its vector, so the placer's reading of rows costs nothing on the path)."""
-        self.values.rows()
+
+class MatrixRef(Strict):
+    """Which FeatureMatrix a PriorityVector ranks: where it is stored and the digest of its bytes."""
+
+    seq: int = Field(ge=1, description="the matrix's sequence in the features stream")
+    sha256: Sha256 = Field(description="sha256 (hex) of the matrix message's bytes, as published")
+
+
+def _matrix_or_reference(schema: dict[str, Any]) -> None:
+    """On the wire a vector carries ``matrix`` or ``matrix_ref`` (or both), not necessarily ``matrix``."""
+    schema["required"] = [f for f in schema.get("required", []) if f != "matrix"]
+    schema["anyOf"] = [{"required": ["matrix"]}, {"required": ["matrix_ref"]}]
 
 
 class PriorityVector(Message):
-    """Priorities of the featurized jobs (higher runs first), and who computed them."""
+    """Priorities of the featurized jobs (higher runs first), and who computed them.
+
+    In Python ``matrix`` is always the FeatureMatrix ranked. On the wire the prioritizer sends only
+    ``matrix_ref`` (schema version 4), the matrix's sequence in the features stream and the sha256
+    of its bytes: the placer decoded that matrix as it was published (``shared.bus.ahead``), and one
+    it has not is read from the features stream (``shared.bus.consumer``'s ``fetch_missing``).
+    A vector may also nest the matrix itself (version 3's form, still read and written when there is
+    no reference to give).
+    """
 
     kind: ClassVar[str] = "priorities"
+    model_config = ConfigDict(json_schema_extra=_matrix_or_reference)
     #: ``matrix`` is encoded as the prioritizer received it, when it did (``shared.schemas.codec``)
     NESTED_RECEIVED: ClassVar[tuple[str, ...]] = ("matrix",)
+    #: ``matrix`` is left out of the JSON when ``matrix_ref`` names it (``shared.schemas.codec``)
+    REFERENCED: ClassVar[dict[str, str]] = {"matrix": "matrix_ref"}
 
-    matrix: FeatureMatrix
+    matrix: FeatureMatrix = Field(
+        description="the matrix ranked; on the wire absent when matrix_ref names it (schema version 4)"
+    )
+    matrix_ref: MatrixRef | None = Field(
+        default=None, description="where the matrix is stored in the features stream, and its digest"
+    )
     priorities: tuple[FiniteFloat, ...] = Field(
         max_length=HARD_MAX_ITEMS, description="aligned with matrix.jobs"
     )
@@ -215,8 +228,10 @@ class Placements(FlatNodeColumns[JobPlacement]):
         "lower-ranked jobs that would delay it were not started",
     )
     feature_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
-    features: tuple[tuple[FiniteFloat, ...], ...] = Field(
-        default=(), max_length=HARD_MAX_ITEMS, description="per job, over feature_columns (or no rows)"
+    features: FloatTable = Field(
+        default_factory=empty_table,
+        description="per job, over feature_columns (or no rows); packed float64 like a FeatureMatrix's "
+        "values (``shared.schemas.packed``)",
     )
 
     @classmethod
@@ -233,10 +248,15 @@ class Placements(FlatNodeColumns[JobPlacement]):
     def _rows_agree(self) -> Placements:
         n = self._lengths()
         self._check_flat()
-        if self.features:
-            if len(self.features) != n:
-                raise ValueError(f"placements.features has {len(self.features)} rows, expected {n} or none")
-            _check_width("placements.features", self.features, len(self.feature_columns), "feature_columns")
+        rows, width = self.features.shape
+        if rows:
+            if rows != n:
+                raise ValueError(f"placements.features has {rows} rows, expected {n} or none")
+            if width != len(self.feature_columns):
+                raise ValueError(
+                    f"placements.features rows have {width} entries, expected {len(self.feature_columns)} "
+                    "(feature_columns)"
+                )
         return self
 
     def _row_fields(self, i: int) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
-__all__ = ["DTYPES", "FloatRows", "FloatTable", "pack", "unpack"]
+__all__ = ["DTYPES", "FloatRows", "FloatTable", "empty_table", "pack", "unpack"]
 
 #: the element types a packed table may declare (little-endian IEEE 754 binary64 and binary32)
 DTYPES: dict[str, np.dtype[Any]] = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
@@ -111,6 +111,11 @@ class FloatRows(Sequence[tuple[float, ...]]):
 
     def __repr__(self) -> str:
         return f"FloatRows({self.shape[0]} x {self.shape[1]})"
+
+
+def empty_table() -> FloatRows:
+    """A table of no rows (the default of an optional table field)."""
+    return FloatRows(np.zeros((0, 0), dtype=np.float64))
 
 
 def pack(table: FloatRows, dtype: str = "<f8") -> dict[str, Any]:

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.schemas.snapshot import QueueSnapshot
-from shared.schemas.views import NodeLayout, node_layout
+from shared.schemas.views import NodeLayout, node_layout, running_node_index
 from shared.sim.state import Alloc, ClusterState, GroupState
 
 __all__ = ["RunningEntries", "SnapshotState", "fill_group", "snapshot_state"]
@@ -152,8 +152,8 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
     end = np.fromiter(running.est_end_s, dtype=np.float64, count=n)
     gpus = np.fromiter(running.gpus, dtype=np.int64, count=n)
     milli = np.fromiter(running.gpu_milli, dtype=np.int64, count=n)
-    n_flat = len(running.nodes)
-    slot = np.fromiter(map(layout.slot_of.__getitem__, running.nodes), dtype=np.int64, count=n_flat)
+    slot = layout.node_slot[running_node_index(running, layout)]
+    n_flat = len(slot)
     if n_flat == n:  # every job on one node (pods): one entry per job, holding all its GPUs
         job = np.arange(n, dtype=np.int64)
         frac = milli < WHOLE_GPU_MILLI

@@ -36,7 +36,15 @@ from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
 from shared.schemas.columns import pick
 from shared.schemas.messages import ExcludedJob
-from shared.schemas.snapshot import WHOLE, NodeState, NodeStates, PendingJob, PendingJobs, QueueSnapshot
+from shared.schemas.snapshot import (
+    WHOLE,
+    NodeState,
+    NodeStates,
+    PendingJob,
+    PendingJobs,
+    QueueSnapshot,
+    RunningJobs,
+)
 from shared.sim.binding import fits_empty_group
 
 __all__ = [
@@ -101,6 +109,12 @@ class NodeLayout:
     group_of: dict[str, int]
     #: per node slot: a reported node in state ``up`` (the others have nothing free)
     up: npt.NDArray[np.bool_]
+    #: slot and group of each reported node, by its position in the snapshot's ``nodes`` (what a
+    #: running job's ``node_index`` holds)
+    node_slot: IntArray
+    node_group: IntArray
+    #: the reported nodes' names in the snapshot's order
+    node_names: tuple[str, ...] = ()
 
     def slot(self, name: str) -> int:
         """Position of a reported node in the per-node arrays."""
@@ -129,6 +143,8 @@ class _NodeShape:
     index: dict[str, tuple[int, int]]
     slot_of: dict[str, int]
     group_of: dict[str, int]
+    #: group of each reported node
+    code: IntArray
 
 
 #: the last node shape seen per cluster spec (by identity: specs are frozen and live as long as the
@@ -197,7 +213,7 @@ def _build_node_shape(spec: ClusterSpec, nodes: NodeStates) -> _NodeShape:
         index[name] = (k, i)
     slot_of = dict(zip(nodes.name, slot.tolist(), strict=True))
     group_of = dict(zip(nodes.name, code.tolist(), strict=True))
-    for arr in (caps, slot, offsets):
+    for arr in (caps, slot, offsets, code):
         arr.flags.writeable = False
     return _NodeShape(
         name=nodes.name,
@@ -209,7 +225,32 @@ def _build_node_shape(spec: ClusterSpec, nodes: NodeStates) -> _NodeShape:
         index=index,
         slot_of=slot_of,
         group_of=group_of,
+        code=code,
     )
+
+
+def running_node_index(running: RunningJobs, layout: NodeLayout) -> IntArray:
+    """The flat nodes of the running jobs as positions in the snapshot's ``nodes``.
+
+    A validated snapshot holds them (``RunningJobs.node_index``, what schema version 4 sends): one
+    numpy conversion instead of a dictionary lookup per name (6,120 on openb). Columns built in
+    Python outside a snapshot hold only names: those are looked up.
+    """
+    index = running.node_index
+    if len(index) != len(running.nodes) and running.nodes:
+        position = {name: i for i, name in enumerate(layout.node_names)}
+        index = tuple(map(position.__getitem__, running.nodes))
+    return np.fromiter(index, dtype=np.int64, count=len(index))
+
+
+def running_first_index(running: RunningJobs, layout: NodeLayout) -> IntArray:
+    """Each running job's first node, as its position in the snapshot's ``nodes``."""
+    flat = running_node_index(running, layout)
+    if len(flat) == len(running.node_count):  # every job on one node (pods)
+        return flat
+    starts = np.zeros(len(running.node_count), dtype=np.int64)
+    np.cumsum(np.fromiter(running.node_count, dtype=np.int64, count=len(starts))[:-1], out=starts[1:])
+    return flat[starts]
 
 
 def node_layout(spec: ClusterSpec, nodes: NodeStates) -> NodeLayout:
@@ -244,6 +285,9 @@ def node_layout(spec: ClusterSpec, nodes: NodeStates) -> NodeLayout:
         slot_of=shape.slot_of,
         group_of=shape.group_of,
         up=up_slots,
+        node_slot=shape.slot,
+        node_group=shape.code,
+        node_names=shape.name,
     )
 
 
@@ -602,8 +646,7 @@ def snapshot_views(
     # (every job on one node, as pods are: the first nodes are the flat column itself)
     running = snapshot.running
     n_run = len(running)
-    first = running.nodes if len(running.nodes) == n_run else running.first_nodes()
-    run_group = np.fromiter(map(layout.group_of.__getitem__, first), dtype=np.int64, count=n_run)
+    run_group = layout.node_group[running_first_index(running, layout)]
     run_milli = np.fromiter(running.gpus, dtype=np.int64, count=n_run) * np.fromiter(
         running.gpu_milli, dtype=np.int64, count=n_run
     )

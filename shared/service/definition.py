@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.bus.consumer import Delivery
+from shared.bus.consumer import Delivery, FetchMissing
 from shared.bus.publisher import Publisher
 from shared.bus.settings import BusSettings
 from shared.domain.cluster import ClusterSpec
@@ -54,6 +54,8 @@ class Route(Generic[M]):
     deliver_policy: DeliverPolicy = DeliverPolicy.ALL
     inactive_threshold_s: float | None = None
     cluster: str | None = None  # only this cluster's messages (an adapter manages one cluster)
+    #: fetches a message this route's messages name by reference (``shared.bus.consumer``)
+    fetch_missing: FetchMissing | None = None
 
 
 @dataclass

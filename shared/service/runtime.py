@@ -148,6 +148,7 @@ class ServiceRuntime:
             inactive_threshold_s=route.inactive_threshold_s
             if route.inactive_threshold_s is not None
             else (300.0 if route.per_replica else None),
+            fetch_missing=route.fetch_missing,
         )
 
     # -- readiness ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from shared.bus.ahead import DecodeAhead
 from shared.bus.snapshots import SnapshotCache
 from shared.schemas import FeatureMatrix, PriorityVector, QueueSnapshot, decode, encode
-from shared.schemas.codec import RECEIVED
+from shared.schemas.codec import RECEIVED, MissingReference
+from shared.schemas.messages import MatrixRef
 from tests.bus.bus_helpers import wait_until
 from tests.conftest_services import Bus
 from tests.schemas.message_factories import features, priorities, snapshot
@@ -125,5 +127,30 @@ async def test_matrices_decoded_as_published_spare_the_vector_decoding_them(bus:
         await wait_until(lambda: ahead.stats.invalid == 1)
         with pytest.raises(ValueError, match="does not keep its received JSON"):
             DecodeAhead(bus.nc, bus.subjects, "snapshots", QueueSnapshot, bus.limits)
+    finally:
+        await ahead.close()
+
+
+async def test_a_vector_naming_a_matrix_decoded_ahead_pairs_with_it(bus: Bus) -> None:
+    ahead = DecodeAhead(bus.nc, bus.subjects, "features", FeatureMatrix, bus.limits)
+    await ahead.start()
+    try:
+        sent = features(snapshot(cluster="c1", correlation_id="m2"))
+        stored = await bus.publisher.publish(sent)
+        await wait_until(lambda: ahead.stats.decoded == 1)
+        raw = encode(sent, bus.limits)
+        ref = MatrixRef(seq=stored.seq, sha256=hashlib.sha256(raw).hexdigest())
+        data = encode(priorities(sent).model_copy(update={"matrix_ref": ref}), bus.limits)
+        assert b'"matrix":' not in data
+        got = decode(PriorityVector, data, bus.limits)
+        assert got.matrix == sent and RECEIVED.of(got.matrix) == raw  # the object decoded ahead
+        # one still waiting to be decoded when its vector comes is decoded at once, on demand
+        ahead._waiting["c1"] = encode(later := features(snapshot(cluster="c1", correlation_id="m3")))
+        ref = MatrixRef(seq=stored.seq + 1, sha256=hashlib.sha256(ahead._waiting["c1"]).hexdigest())
+        data = encode(priorities(later).model_copy(update={"matrix_ref": ref}), bus.limits)
+        with pytest.raises(MissingReference):
+            decode(PriorityVector, data, bus.limits)
+        ahead.decode_waiting()
+        assert decode(PriorityVector, data, bus.limits).matrix == later and not ahead._waiting
     finally:
         await ahead.close()

@@ -9,6 +9,7 @@ and a failure still names the row at fault.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import struct
 
@@ -27,8 +28,8 @@ from shared.schemas import (
     encode,
     views,
 )
-from shared.schemas.codec import RECEIVED, ReceivedJson
-from shared.schemas.messages import ExcludedJob
+from shared.schemas.codec import RECEIVED, MissingReference, ReceivedJson
+from shared.schemas.messages import ExcludedJob, MatrixRef
 from shared.schemas.snapshot import NodeStates, PendingJob, PendingJobs
 from shared.schemas.views import (
     PendingBinding,
@@ -306,3 +307,46 @@ def test_node_layout_kept_from_the_last_snapshot_follows_changed_nodes() -> None
                 n.model_copy(update={"free_gpus": 9}) if i == 0 else n for i, n in enumerate(reordered)
             ),
         )
+
+
+def test_a_vector_names_its_received_matrix_by_reference() -> None:
+    sent = features()
+    raw = encode(sent)
+    received = decode(FeatureMatrix, raw)
+    digest = RECEIVED.digest_of(received)
+    assert digest == hashlib.sha256(raw).hexdigest() and RECEIVED.digest_of(sent) is None
+    vector = priorities(received).model_copy(update={"matrix_ref": MatrixRef(seq=7, sha256=digest)})
+    data = encode(vector)
+    doc = json.loads(data)
+    assert "matrix" not in doc and doc["matrix_ref"] == {"seq": 7, "sha256": digest}
+    assert len(data) < 400 < len(raw)
+    back = decode(PriorityVector, data)
+    assert back == vector and RECEIVED.of(back.matrix) == raw and back.matrix_ref == vector.matrix_ref
+    # the nested form (version 3's) is still read and written when there is no reference
+    nested = encode(vector.model_copy(update={"matrix_ref": None}))
+    assert nested.endswith(b',"matrix":' + raw + b"}") and decode(PriorityVector, nested).matrix == received
+
+
+def test_a_vector_naming_a_matrix_not_at_hand_or_not_its_own_is_refused() -> None:
+    received = decode(FeatureMatrix, encode(features()))
+    vector = priorities(received)
+    unknown = "ab" * 32
+    data = encode(vector.model_copy(update={"matrix_ref": MatrixRef(seq=3, sha256=unknown)}))
+    with pytest.raises(MissingReference, match="features stream sequence 3, sha256 abababab") as err:
+        decode(PriorityVector, data)
+    assert (err.value.kind, err.value.seq, err.value.sha256) == ("features", 3, unknown)
+    # a matrix of another snapshot: the digest pairs it, the vector's own checks refuse it
+    other = features().model_copy(update={"correlation_id": "other"})
+    other_digest = RECEIVED.digest_of(decode(FeatureMatrix, encode(other)))
+    assert other_digest is not None
+    doc = json.loads(encode(vector.model_copy(update={"matrix_ref": MatrixRef(seq=4, sha256=other_digest)})))
+    with pytest.raises(MessageError, match="belongs to cluster 'c1' / correlation 'other'"):
+        decode(PriorityVector, json.dumps(doc, separators=(",", ":")).encode())
+    doc = json.loads(data)
+    del doc["matrix_ref"]
+    with pytest.raises(MessageError, match="matrix: Field required"):
+        decode(PriorityVector, json.dumps(doc).encode())
+    doc = json.loads(data)
+    doc["matrix_ref"]["seq"] = 0
+    with pytest.raises(MessageError, match=r"matrix_ref\.seq: Input should be greater than or equal to 1"):
+        decode(PriorityVector, json.dumps(doc).encode())

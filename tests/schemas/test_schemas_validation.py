@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -119,6 +120,9 @@ def test_duplicates_and_unknown_nodes_are_refused() -> None:
     doc["pending"]["job_id"][1] = "j0"  # type: ignore[index]
     assert "'j0' appears more than once" in reject(doc).reason
     doc = snapshot_doc()
+    doc["running"]["node_index"][0] = 4  # type: ignore[index]
+    assert "running job 'r0' is on node index 4, the snapshot has 4 nodes" in reject(doc).reason
+    doc = version_3_running(snapshot_doc())
     doc["running"]["nodes"][0] = "ghost"  # type: ignore[index]
     assert "running job 'r0' is on node 'ghost', absent from nodes" in reject(doc).reason
     doc = snapshot_doc()
@@ -177,6 +181,51 @@ def test_a_running_jobs_nodes_are_flat_with_a_count_per_job() -> None:
         RunningJobs(**{**cols.model_dump(), "nodes": ("v0", "v1")})
 
 
+def version_3_running(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a snapshot's JSON) with its running jobs' nodes as names, version 3's form."""
+    names, running = doc["nodes"]["name"], doc["running"]
+    running["nodes"] = [names[i] for i in running.pop("node_index")]
+    doc["schema_version"] = 3
+    return doc
+
+
+def test_running_jobs_nodes_travel_as_indices_into_the_node_table() -> None:
+    rows = [
+        RunningJob(job_id="a", nodes=("t1", "v0"), gpus=8, start_s=0.0, est_end_s=9.0),
+        RunningJob(job_id="b", nodes=("t0",), gpus=1, gpu_milli=250, start_s=1.0, est_end_s=5.0),
+    ]
+    base = snapshot()
+    snap = QueueSnapshot(
+        cluster=base.cluster,
+        correlation_id=base.correlation_id,
+        time=base.time,
+        sequence=base.sequence,
+        pending=base.pending,
+        nodes=base.nodes,
+        running=RunningJobs.of(rows),
+    )
+    assert snap.nodes.name == ("v0", "v1", "t0", "t1")
+    assert snap.running.node_index == (3, 0, 2) and snap.running.nodes == ("t1", "v0", "t0")
+    doc = json.loads(encode(snap))
+    assert doc["running"]["node_index"] == [3, 0, 2] and "nodes" not in doc["running"]
+    back = decode(QueueSnapshot, encode(snap))
+    assert back == snap and list(back.running) == rows and back.running.first_node_index() == (3, 2)
+    # version 3's names are read too, and give the same snapshot
+    old = decode(QueueSnapshot, json.dumps(version_3_running(doc)).encode())
+    assert old.running == snap.running and old.running.node_index == (3, 0, 2)
+    # both forms given: they must agree
+    both = json.loads(encode(snap))
+    both["running"]["nodes"] = ["t1", "v1", "t0"]
+    assert "running.nodes entry 1 ('v1') is not node_index 0 ('v0')" in reject(both).reason
+    both["running"]["nodes"] = ["t1", "v0", "t0"]
+    assert decode(QueueSnapshot, json.dumps(both).encode()) == snap
+    short = json.loads(encode(snap))
+    short["running"]["node_index"] = [3, 0]
+    assert "running.node_index has 2 entries, expected 3 (the sum of running.node_count)" in (
+        reject(short).reason
+    )
+
+
 def test_placements_travel_as_columns_with_features_per_job() -> None:
     rows = [
         JobPlacement(
@@ -187,14 +236,23 @@ def test_placements_travel_as_columns_with_features_per_job() -> None:
     cols = Placements.of(rows)
     assert cols.node_count == (2, 0) and cols.feature_columns == ("x",) and cols.features == ((0.5,), (0.25,))
     assert list(cols) == rows and cols.placed() == rows[:1]
-    with pytest.raises(
-        ValueError, match=r"placements.features row 1 has 2 entries, expected 1 \(feature_columns\)"
-    ):
+    with pytest.raises(ValueError, match=r"float table row 1 has 2 entries, expected 1 \(as row 0\)"):
         Placements(**{**cols.model_dump(), "features": ((0.5,), (0.25, 1.0))})
+    with pytest.raises(
+        ValueError, match=r"placements.features rows have 2 entries, expected 1 \(feature_columns\)"
+    ):
+        Placements(**{**cols.model_dump(), "features": ((0.5, 1.0), (0.25, 1.0))})
     with pytest.raises(ValueError, match=r"placements\.features has 1 rows, expected 2 or none"):
         Placements(**{**cols.model_dump(), "features": ((0.5,),)})
     bare = Placements.of([JobPlacement(job_id="c", rank=0, priority=1.0)])
     assert bare.features == () and bare[0].features == {}
+    # on the wire the features are packed float64 (the very bits); version 3's rows are read too
+    packed = json.loads(cols.model_dump_json())["features"]
+    assert packed["dtype"] == "<f8" and (packed["rows"], packed["cols"]) == (2, 1)
+    assert Placements.model_validate_json(cols.model_dump_json()) == cols
+    rows_form = {**json.loads(cols.model_dump_json()), "features": [[0.5], [0.25]]}
+    assert Placements.model_validate_json(json.dumps(rows_form)) == cols
+    assert Placements.model_validate_json(bare.model_dump_json()) == bare
 
 
 def test_the_version_2_pending_rows_are_refused_with_the_field_named() -> None:
@@ -326,6 +384,6 @@ def test_job_ids_in_columns_refuse_whitespace_and_control_characters() -> None:
         doc[where]["job_id"][0] = "bad id"  # type: ignore[index]
         err = reject(doc)
         assert f"{where}.job_id entry 0 ('bad id') contains whitespace or a control character" in err.reason
-    doc = snapshot_doc()
+    doc = version_3_running(snapshot_doc())
     doc["running"]["nodes"][0] = "v0\x00"  # type: ignore[index]
     assert "is on node 'v0\\x00', absent from nodes" in reject(doc).reason

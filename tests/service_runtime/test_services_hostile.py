@@ -17,7 +17,8 @@ import pytest
 from services.adapter_sim.stack import free_port
 from services.placer.service import DEFINITION as PLACER
 from services.prioritizer.service import DEFINITION as PRIORITIZER
-from shared.schemas import DeadLetter, PlacementDecision, PriorityVector, decode, encode
+from shared.bus import stream_name
+from shared.schemas import DeadLetter, FeatureMatrix, PlacementDecision, PriorityVector, decode, encode
 from shared.service import ServiceRuntime, ServiceSettings
 from shared.store.settings import StoreSettings
 from tests.bus.bus_helpers import read_all
@@ -116,7 +117,14 @@ async def test_a_thousand_hostile_messages_reach_the_dead_letters_and_services_k
         assert matches, f"{letter.stage}: unexpected reason {letter.reason!r}"
         got[(kind, matches[0])] += 1
     assert got == expected
-    # the valid matrix sent after the storm went through both services
+    # the valid matrix sent after the storm went through both services; its vector names it by
+    # reference (its sequence in the features stream, the sha256 of its bytes), so this reader
+    # decodes the stored matrix first, as the placer does
+    vector_doc = json.loads(vectors[-1])
+    assert "matrix" not in vector_doc and vector_doc["matrix_ref"]["seq"] == 501
+    stored_matrix = await bus.js.get_msg(stream_name(bus.subjects, "features"), seq=501)
+    assert stored_matrix.data is not None
+    decode(FeatureMatrix, stored_matrix.data)
     valid_vectors = [
         v for v in (decode(PriorityVector, p) for p in vectors[-1:]) if v.correlation_id == "valid-after"
     ]
