@@ -44,7 +44,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig
 from shared.features.compute import FeatureValues, _log_scale, _ratio
 from shared.features.fast_ways import PlacementCounts, RequestLevels, _bins, node_table, request_rows
-from shared.features.kernels import N_EXTRA, finish_kernel, gather_kernel, kinds_kernel, observe_kernel
+from shared.features.kernels import N_EXTRA, finish_kernel, kinds_kernel, observe_kernel
 from shared.features.sampling import FeatureSampler, SamplingState, Selection
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray, QueueView
 from shared.features.ways import _unique_inverse, distinct_requests, ways_on_empty
@@ -74,6 +74,8 @@ _STATES_KEPT = 4096
 #: running jobs
 _DEDUPE_FROM = 64
 _SCAN_FROM = 256
+#: selections kept per sampler config (``WorkloadFeaturizer._select``)
+_SELECTIONS_KEPT = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +92,11 @@ class Observation:
     critic: npt.NDArray[np.float32]
     selection: Selection
     can_now: BoolArray
+
+
+#: ``WorkloadFeaturizer._finish_plan``: observation and critic columns, whether the wait's
+#: ``log1p`` and ``demand_supply``'s products are needed, job and cluster columns left to numpy
+_FinishPlan = tuple[IntArray, IntArray, bool, bool, tuple[int, ...], tuple[int, ...]]
 
 
 class _Decision:
@@ -273,7 +280,11 @@ class WorkloadFeaturizer:
         self._demand_f = np.ascontiguousarray(demand, dtype=np.float64)
         self._submit_f = np.ascontiguousarray(jobs.submit_s, dtype=np.float64)
         self._est_f = np.ascontiguousarray(est, dtype=np.float64)
-        self._cols: dict[tuple[int, ...], IntArray] = {}
+        self._clus = np.zeros(len(CLUSTER_FEATURES))  # a decision's cluster values (scratch)
+        self._select_config: object = None  # ``_select``: the config its selections are for
+        self._selections: dict[tuple[float, float], Selection] = {}
+        #: per selection (observation, critic): ``_finish_plan``
+        self._finish: dict[tuple[tuple[int, ...], tuple[int, ...]], _FinishPlan] = {}
         self._buffers = (
             np.empty((0, len(JOB_FEATURES) + N_EXTRA)),
             np.empty(0),
@@ -435,7 +446,7 @@ class WorkloadFeaturizer:
         q = len(idx)
         job, wait_scaled, share_q, elig_q = self._scratch(q)
         can_now = np.empty(q, dtype=bool)
-        clus = np.zeros(len(CLUSTER_FEATURES))
+        clus = self._clus  # zeroed by the kernel
         cfg = self.config
         multi = observe_kernel(
             idx,
@@ -465,42 +476,79 @@ class WorkloadFeaturizer:
             cfg.bsld_floor_s,
             cfg.near_horizon_s,
             float(sampler.config.multi_ways),
+            self._demand_share,
             job,
             wait_scaled,
             can_now,
             clus,
+            share_q,
+            elig_q,
         )
         if multi < 0:
             return None
-        selection = sampler.select_state(SamplingState(float(clus[_FRAGMENTATION]), multi / q if q else 0.0))
-        observation = selection.observation
-        cols = self._cols.get(observation)
-        if cols is None:
-            cols = self._cols[observation] = np.array(observation, dtype=np.int64)
-        critic_cols = self._cols.get(selection.critic)
-        if critic_cols is None:
-            critic_cols = self._cols[selection.critic] = np.array(selection.critic, dtype=np.int64)
+        selection = self._select(sampler, float(clus[_FRAGMENTATION]), multi / q if q else 0.0)
+        plan = self._finish.get((selection.observation, selection.critic))
+        if plan is None:
+            plan = self._finish_plan(selection)
+        cols, critic_cols, wait, demand_supply, job_numpy, cluster_numpy = plan
         wait_log = pool_demand = wait_scaled
-        bare: _Decision | None = None
-        for c in observation:
-            name = JOB_FEATURES[c]
-            if name == "wait":
-                wait_log = np.log1p(wait_scaled)
-            elif name == "demand_supply":  # numpy's products (BLAS: their summation order)
-                gather_kernel(idx, self._demand_share, self._elig, share_q, elig_q)
-                pool_demand = elig_q @ (self._cap_g * (share_q @ elig_q))
-            elif name in _NUMPY_COLUMNS or (name == "future_availability" and not self._released_exact):
-                bare = bare or self._bare_decision(idx, now, cluster)  # one released-GPU count
-                job[:, c] = self._job_column(bare, name)
-        for c in selection.critic:
-            name = CLUSTER_FEATURES[c]
-            if name == "queue_length" or (name == "future_availability" and not self._released_exact):
-                bare = bare or self._bare_decision(idx, now, cluster)
-                clus[c] = self._cluster_value(bare, name)
+        if wait:
+            wait_log = np.log1p(wait_scaled)
+        if demand_supply:  # numpy's products (BLAS: their summation order), operands gathered
+            pool_demand = elig_q @ (self._cap_g * (share_q @ elig_q))
+        if job_numpy or cluster_numpy:
+            bare = self._bare_decision(idx, now, cluster)  # one released-GPU count
+            for c in job_numpy:
+                job[:, c] = self._job_column(bare, JOB_FEATURES[c])
+            for c in cluster_numpy:
+                clus[c] = self._cluster_value(bare, CLUSTER_FEATURES[c])
         obs = np.empty((q, len(cols)), dtype=np.float32)
         critic = np.empty(len(critic_cols), dtype=np.float32)
         finish_kernel(job, cols, wait_log, self._log_horizon, pool_demand, clus, critic_cols, obs, critic)
         return Observation(obs, critic, selection, can_now)
+
+    def _select(self, sampler: FeatureSampler, fragmentation: float, multi: float) -> Selection:
+        """``sampler.select_state`` of the state signals, kept per signals for the sampler's
+        config (the rule is a pure function of the state and the config; a training run sees a
+        few dozen distinct states; kept for the last config object seen, up to 4,096 states)."""
+        if sampler.config is not self._select_config:
+            self._select_config = sampler.config
+            self._selections.clear()
+        key = (fragmentation, multi)
+        selection = self._selections.get(key)
+        if selection is None:
+            if len(self._selections) >= _SELECTIONS_KEPT:
+                self._selections.clear()
+            selection = self._selections[key] = sampler.select_state(SamplingState(fragmentation, multi))
+        return selection
+
+    def _finish_plan(self, selection: Selection) -> _FinishPlan:
+        """What a selection needs after the kernel (kept per selection): its observation and
+        critic columns as arrays, whether numpy computes ``log1p`` of the wait and
+        ``demand_supply``'s products, and the job and cluster columns left to ``_job_column`` and
+        ``_cluster_value``."""
+        inexact = not self._released_exact
+        observation, critic = selection.observation, selection.critic
+        names = [JOB_FEATURES[c] for c in observation]
+        plan: _FinishPlan = (
+            np.array(observation, dtype=np.int64),
+            np.array(critic, dtype=np.int64),
+            "wait" in names,
+            "demand_supply" in names,
+            tuple(
+                c
+                for c, name in zip(observation, names, strict=True)
+                if name in _NUMPY_COLUMNS or (name == "future_availability" and inexact)
+            ),
+            tuple(
+                c
+                for c in critic
+                if CLUSTER_FEATURES[c] == "queue_length"
+                or (CLUSTER_FEATURES[c] == "future_availability" and inexact)
+            ),
+        )
+        self._finish[(observation, critic)] = plan
+        return plan
 
     def _scratch(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """Per-decision work arrays for ``q`` jobs (views of buffers kept across decisions: none
@@ -554,9 +602,13 @@ class WorkloadFeaturizer:
         """The decision's kind values (ways, stranded GPUs, feasibility, pool's free GPUs and idle
         nodes): every kind of the workload ([K, 5], row ``_job_kind[job]``; ``all_kinds``), or
         one row per queued job ([Q, 5]; True)."""
-        if cluster.n_groups != self.n_groups:
+        if len(cluster.node_count) != self.n_groups:
             raise ValueError(f"cluster has {cluster.n_groups} groups, the workload {self.n_groups}")
         if self._all_kinds:
+            if version is not None and self.compiled:  # ``_per_kind_all``'s compiled case, inline
+                if version != self._kinds_version:
+                    self._kinds_version, self._kinds_values = version, self._kinds_on(cluster)
+                return self._kinds_values, False
             return self._per_kind_all(cluster, version), False
         kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
         uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
@@ -599,16 +651,30 @@ class WorkloadFeaturizer:
     def _kinds_on(self, cluster: ClusterView) -> FloatArray:
         if self.compiled:
             out = np.empty((len(self._kind_req), 5))
+            free_gpus, free_by_group = cluster.free_gpus, cluster.free_by_group
+            share, cpu, mem = cluster.free_share_milli, cluster.free_cpus_milli, cluster.free_mem_mib
+            idle_by_group, partial = cluster.idle_by_group, cluster.partial_free_by_group
+            group_of_node = cluster.group_of_node
+            # a view's arrays are int64 (its constructor and ``SimViewBuilder`` make them so): the
+            # kernel's types without a conversion check per array (~0.3 us each); a strided one
+            # gets numba's strided version of the kernel, the same arithmetic
+            if not (
+                free_gpus.dtype == share.dtype == cpu.dtype == mem.dtype == group_of_node.dtype == _INT64
+                and free_by_group.dtype == idle_by_group.dtype == partial.dtype == _INT64
+            ):
+                free_gpus, share, cpu, mem = _i64(free_gpus), _i64(share), _i64(cpu), _i64(mem)
+                free_by_group, idle_by_group = _i64(free_by_group), _i64(idle_by_group)
+                partial, group_of_node = _i64(partial), _i64(group_of_node)
             kinds_kernel(
-                _i64(cluster.free_gpus),
-                _i64(cluster.free_share_milli),
-                _i64(cluster.free_cpus_milli),
-                _i64(cluster.free_mem_mib),
+                free_gpus,
+                share,
+                cpu,
+                mem,
                 cluster.idle_node,
-                _i64(cluster.group_of_node),
-                _i64(cluster.free_by_group),
-                _i64(cluster.idle_by_group),
-                _i64(cluster.partial_free_by_group),
+                group_of_node,
+                free_by_group,
+                idle_by_group,
+                partial,
                 *self._kernel_req,
                 self._kind_req_c,
                 self._kind_elig_c,

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.features.kernels_ways import sync_kernel
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray
 from shared.features.ways import Requests
 
@@ -307,6 +308,8 @@ class PlacementCounts:
         self._phist = np.zeros((0, 0))
         self._signs: dict[int, IntArray] = {}
         self.updates = 0  # incremental updates made (for tests and benchmarks)
+        #: update through ``kernels_ways.sync_kernel`` (False: the numpy expressions below)
+        self.compiled = True
 
     def reset(self) -> None:
         """Forget the snapshot: the next ``rows`` counts everything on its state."""
@@ -324,11 +327,40 @@ class PlacementCounts:
     # -- internals --------------------------------------------------------------------------------
 
     def _sync(self, cluster: ClusterView) -> None:
+        raw = self._raw
+        if self.compiled and raw is not None:
+            shape = (len(cluster.free_gpus), len(cluster.node_count), self._shape[2])
+            if shape == self._shape and shape[2] == _bins(cluster):
+                changed = sync_kernel(
+                    cluster.free_gpus,
+                    cluster.free_share_milli,
+                    cluster.free_cpus_milli,
+                    cluster.free_mem_mib,
+                    cluster.idle_node,
+                    cluster.group_of_node,
+                    raw,
+                    self._derived,
+                    self._counts,
+                    self._single_rows,
+                    self._thr,
+                    self._hist,
+                    self._phist,
+                    self._gang_slots,
+                    self._gang_gpus,
+                    self._gang_req,
+                    shape[1],
+                    shape[2],
+                    int(_BIG),
+                    self.max_changed,
+                )
+                if changed > 0:
+                    self.updates += 1
+                if changed >= 0:
+                    return
         now = np.stack(
             (cluster.free_gpus, cluster.free_share_milli, cluster.free_cpus_milli, cluster.free_mem_mib)
         )
         shape = (now.shape[1], cluster.n_groups, _bins(cluster))
-        raw = self._raw
         if raw is None or shape != self._shape:
             self._start(now, cluster, shape)
             return

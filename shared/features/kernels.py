@@ -146,10 +146,13 @@ def observe_kernel(
     bsld_floor: float,
     near_horizon: float,
     multi_ways: float,
+    demand_share: np.ndarray,
     job: np.ndarray,
     wait_scaled: np.ndarray,
     can_now: np.ndarray,
     cluster: np.ndarray,
+    share_q: np.ndarray,
+    elig_q: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """The decision's columns into ``job`` [Q, n_job + N_EXTRA] and ``cluster`` [n_cluster].
 
@@ -159,8 +162,12 @@ def observe_kernel(
     ``skip_blocked`` and no job fits now; else the number of jobs with at least ``multi_ways``
     ways. Columns not written: ``wait`` (``wait_scaled`` gets wait / unit, for numpy's
     ``log1p``), ``demand_supply``, ``user_share``; ``future_availability`` (job and cluster) only
-    when ``released_exact``; cluster ``queue_length`` never."""
+    when ``released_exact``; cluster ``queue_length`` never (``cluster`` is zeroed first). Also
+    gathers ``demand_share[idx]`` and ``elig[idx]`` into ``share_q``, ``elig_q``: the operands
+    of ``demand_supply``'s numpy products (cheaper here than in a call of their own)."""
     q = len(idx)
+    for i in range(len(cluster)):
+        cluster[i] = 0.0
     runnable = 0
     for k in range(q):
         r = k if direct else rowmap[idx[k]]
@@ -170,6 +177,12 @@ def observe_kernel(
             runnable += 1
     if skip_blocked and runnable == 0:
         return -1
+    n_groups = elig.shape[1]
+    for k in range(q):
+        j = idx[k]
+        share_q[k] = demand_share[j]
+        for g in range(n_groups):
+            elig_q[k, g] = elig[j, g]
     n_static = static_t.shape[0]
     n_job = job.shape[1] - N_EXTRA
     multi = 0
@@ -259,8 +272,19 @@ def _released_columns(
     srt = limits[order]
     n_bins = q + 2
     hist = np.zeros((n_groups, n_bins))
+    # each running job's bin: the first threshold at or after its end (searchsorted "left"); the
+    # running jobs come sorted by end (``RunningJobs``), so the bin is found by walking on from
+    # the previous job's, with a binary search where an end is smaller than the one before
+    b = 0
+    prev = -np.inf
     for r in range(len(run_end)):
-        b = np.searchsorted(srt, run_end[r])  # first threshold at or after the end ("left")
+        end = run_end[r]
+        if end >= prev:
+            while b <= q and srt[b] < end:
+                b += 1
+        else:
+            b = np.searchsorted(srt, end)
+        prev = end
         hist[run_group[r], b] += run_gpus[r]
     for g in range(n_groups):
         for b in range(1, n_bins):
@@ -398,19 +422,6 @@ def kinds_kernel(
         out[k, 2] = a2
         out[k, 3] = a3
         out[k, 4] = a4
-
-
-@njit(cache=True)
-def gather_kernel(
-    idx: np.ndarray, demand_share: np.ndarray, elig: np.ndarray, share_q: np.ndarray, elig_q: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``demand_share[idx]`` and ``elig[idx]`` into contiguous ``share_q``, ``elig_q``: the
-    operands of ``demand_supply``'s two numpy products, gathered in one call."""
-    for k in range(len(idx)):
-        j = idx[k]
-        share_q[k] = demand_share[j]
-        for g in range(elig.shape[1]):
-            elig_q[k, g] = elig[j, g]
 
 
 @njit(cache=True)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+from numba.core.errors import NumbaError
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.kernels import running_insert, running_remove
+from shared.features.kernels_view import view_kernel
 from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
 from shared.sim.binding import BoundWorkload
-from shared.sim.state import ClusterState
+from shared.sim.state import ClusterState, GroupState
 
 __all__ = ["RunningJobs", "SimViewBuilder"]
 
@@ -123,6 +125,12 @@ class SimViewBuilder:
         self._node_cap: tuple[IntArray, IntArray, IntArray] = (self._gpn, self._cap_cpu, self._cap_mem)
         #: first node of each group, in the state's node order (groups in order, nodes within)
         self._starts = np.concatenate(([0], np.cumsum(self._count)[:-1])).astype(np.int64)
+        self._n_nodes = int(self._count.sum())
+        self._demand_f = np.ascontiguousarray(self._demand, dtype=np.float64)
+        #: the view's arrays from one compiled call (``kernels_view.view_kernel``); False: numpy's
+        #: expressions (``_assemble``), for comparisons, and once a state's arrays could not go to
+        #: the kernel
+        self.compiled = True
 
     def queue_view(self, queued: npt.ArrayLike) -> QueueView:
         """The queue of a decision: ``queued`` are indices into ``workload.jobs``."""
@@ -151,8 +159,13 @@ class SimViewBuilder:
         """Free resources from ``state``; running jobs as indices, their group and estimated end.
 
         Without value checks the view is assembled directly (``_assemble``): the same fields,
-        derived values included, as ``ClusterView``'s constructor gives, for half its cost."""
+        derived values included, as ``ClusterView``'s constructor gives, for half its cost; by
+        default its arrays come from one compiled call (``_compiled_view``)."""
         groups = state.groups
+        if self.compiled and not self._check:
+            compiled = self._compiled_view(groups, running_jobs, running_group, running_est_end)
+            if compiled is not None:
+                return compiled
         if len(groups) == 1:
             gs = groups[0]
             free, cpu, mem = gs.whole.copy(), gs.cpu.copy(), gs.mem.copy()
@@ -187,6 +200,70 @@ class SimViewBuilder:
                 check_values=True,
             )
         return self._assemble(free, share, cpu, mem, run_group, self._demand[run], run_end)
+
+    def _compiled_view(
+        self,
+        groups: list[GroupState],
+        running_jobs: npt.ArrayLike,
+        running_group: npt.ArrayLike,
+        running_est_end: npt.ArrayLike,
+    ) -> ClusterView | None:
+        """``_assemble``'s view with its per-state arrays from ``view_kernel`` (the same integers,
+        Booleans and gathered GPUs), groups that track shares copying their ``maxfrac``; None
+        (numpy's assembly then) for groups whose arrays numba cannot take as one tuple type (all
+        are int64 in the simulator's states)."""
+        fixed = self._fixed_fields()
+        run = np.asarray(running_jobs, dtype=np.int64)
+        run_group = np.asarray(running_group, dtype=np.int64)
+        run_end = np.asarray(running_est_end, dtype=np.float64)
+        if len(run_group) != len(run) or len(run_end) != len(run):
+            raise ValueError("running jobs, their groups and their ends differ in length")
+        n, n_groups = self._n_nodes, len(groups)
+        ints = np.empty(4 * n + 3 * n_groups, dtype=np.int64)
+        idle = np.empty(n, dtype=bool)
+        run_gpus = np.empty(len(run))
+        try:
+            ok = view_kernel(
+                tuple([gs.whole for gs in groups]),
+                tuple([gs.cpu for gs in groups]),
+                tuple([gs.mem for gs in groups]),
+                self._gpn,
+                self._cap_cpu,
+                self._cap_mem,
+                run,
+                self._demand_f,
+                ints,
+                idle,
+                run_gpus,
+            )
+        except NumbaError:  # e.g. groups of different integer types: not one tuple type
+            self.compiled = False  # numpy's assembly from now on (no compilation tried per call)
+            return None
+        if not ok:
+            raise ValueError(
+                f"the state's groups do not hold the cluster's {n} nodes, or a running job is unknown"
+            )
+        share = ints[n : 2 * n]
+        for gs, start in zip(groups, self._starts, strict=True):
+            if gs.maxfrac is not None:
+                share[start : start + gs.n] = gs.maxfrac
+        view: ClusterView = object.__new__(ClusterView)
+        fields = view.__dict__
+        fields.update(fixed)
+        fields.update(
+            free_gpus=ints[:n],
+            free_share_milli=share,
+            free_cpus_milli=ints[2 * n : 3 * n],
+            free_mem_mib=ints[3 * n : 4 * n],
+            run_group=run_group,
+            run_gpus=run_gpus,
+            run_end_s=run_end,
+            idle_node=idle,
+            idle_by_group=ints[4 * n : 4 * n + n_groups],
+            free_by_group=ints[4 * n + n_groups : 4 * n + 2 * n_groups],
+            partial_free_by_group=ints[4 * n + 2 * n_groups :],
+        )
+        return view
 
     def _fixed_fields(self) -> dict[str, object]:
         """The fields every view of this cluster shares (its shape, and what ``ClusterView``

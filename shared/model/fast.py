@@ -13,7 +13,11 @@ rest is a handful of numpy calls:
   scores are the same floats, for 20-30% less time than ``linear`` and a fresh activation output.
   (A numpy matmul would not do: the activation's vectorized torch kernel and numpy's differ in the
   last bit, and tied scores of saturated units then break differently.) It reads the module's
-  parameters, so weights loaded or updated in place are used at once.
+  parameters, so weights loaded or updated in place are used at once. Where torch exports its
+  BLAS (``sgemm_``, MKL's), each layer is that very call made from a compiled function
+  (``_dense``, with the arguments ``addmm`` passes; ``direct_blas`` checks the floats once per
+  process) and only the activations go through torch: two torch calls a decision instead of
+  seven, each costing several microseconds inside a training episode.
 - ``greedy_priorities`` is ``scores_to_priorities`` for one queue: score descending, ties by slot
   (a stable sort of the negated scores, as ``greedy_order``), the first ``top_k`` by score and the
   rest in slot order.
@@ -23,17 +27,30 @@ rest is a handful of numpy calls:
 
 from __future__ import annotations
 
+import ctypes
+import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import llvmlite.binding as llvm  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 import torch
-from numba import njit
+from numba import njit, types
 from torch import Tensor
 
 from shared.model.network import ActorCritic
 
-__all__ = ["FastActor", "greedy_priorities", "order_priorities", "sample_order", "sample_with_priorities"]
+__all__ = [
+    "FastActor",
+    "base_head",
+    "greedy_priorities",
+    "learned_keys",
+    "order_priorities",
+    "sample_order",
+    "sample_with_priorities",
+]
 
 IntArray = npt.NDArray[np.int64]
 F32Array = npt.NDArray[np.float32]
@@ -41,6 +58,68 @@ F32Array = npt.NDArray[np.float32]
 #: in-place activations: the same kernels as ``nn.Tanh``/``nn.ReLU``, writing into their input
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh_, "relu": torch.relu_}
 _TINY = float(np.finfo(np.float64).tiny)
+
+
+@njit(cache=True)
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """A stable ascending argsort of NaN-free ``keys``: insertion sort up to 32 keys (a
+    decision's usual queue; no merge buffers), numba's merge sort above. A stable sort's result
+    is unique (equal keys by position), so either is ``np.argsort(keys, kind="stable")``."""
+    n = len(keys)
+    if n > 32:
+        return np.argsort(keys, kind="mergesort")
+    srt = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        key = keys[i]
+        j = i
+        while j > 0 and keys[srt[j - 1]] > key:
+            srt[j] = srt[j - 1]
+            j -= 1
+        srt[j] = i
+    return srt
+
+
+@njit(cache=True)
+def base_head(
+    idx: np.ndarray, base_keys: np.ndarray, order: np.ndarray, head: np.ndarray
+) -> bool:  # pragma: no cover - compiled
+    """A learned policy's slots: ``order`` = ``np.argsort(base_keys, kind="stable")`` and ``head``
+    = ``idx[order[:len(head)]]`` (the first jobs in the base policy's order), in one call.
+    Returns False, having written nothing, when a key is NaN (numpy sorts those last: its own
+    call decides)."""
+    n = len(base_keys)
+    for i in range(n):
+        if base_keys[i] != base_keys[i]:
+            return False
+    srt = _stable_argsort(base_keys)
+    for i in range(n):
+        order[i] = srt[i]
+    for i in range(len(head)):
+        head[i] = idx[srt[i]]
+    return True
+
+
+@njit(cache=True)
+def learned_keys(
+    order: np.ndarray, priorities: np.ndarray, keys: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """The sort keys of a learned decision: the slots (``order[:len(priorities)]``) get
+    ``-priorities`` (higher priority first, every key <= -1), the jobs after them (the rest of
+    the base ``order``) 0, 1, 2, ... in base order."""
+    h = len(priorities)
+    for i in range(h):
+        keys[order[i]] = -priorities[i]
+    for r in range(len(order) - h):
+        keys[order[h + r]] = r
+
+
+@njit(cache=True)
+def _sample_rank_kernel(
+    scores: np.ndarray, log_e: np.ndarray, width: int, strict: bool, order: np.ndarray, prio: np.ndarray
+) -> bool:  # pragma: no cover - compiled
+    """``_rank_kernel`` of the Gumbel-top-k keys ``-(scores - log_e)`` (``_neg_sub`` of the
+    scores in float64), in one call."""
+    return _rank_kernel(_neg_sub(scores, log_e), width, strict, order, prio)
 
 
 @njit(cache=True)
@@ -55,7 +134,7 @@ def _rank_kernel(
     for i in range(n):
         if keys[i] != keys[i]:
             return False
-    srt = np.argsort(keys, kind="mergesort")  # stable: ties by slot, as numpy's stable sort
+    srt = _stable_argsort(keys)  # ties by slot, as numpy's stable sort
     if strict:
         for i in range(min(width + 1, n) - 1):
             if not keys[srt[i]] < keys[srt[i + 1]]:
@@ -82,6 +161,113 @@ def _neg_sub(s: np.ndarray, g: np.ndarray) -> np.ndarray:  # pragma: no cover - 
     return out
 
 
+def _torch_sgemm() -> int | None:
+    """The address of the ``sgemm_`` that torch's CPU library exports (its MKL's, which
+    ``torch.addmm`` calls for float32 on CPU), or None where it exports none."""
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        address: int | None = ctypes.cast(lib.sgemm_, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return address
+
+
+_SGEMM = _torch_sgemm()
+if _SGEMM is not None:
+    # the compiled layers call it by this name (resolved when they are compiled or loaded)
+    llvm.add_symbol("hylo_torch_sgemm", _SGEMM)
+_sgemm: Any = types.ExternalFunction("hylo_torch_sgemm", types.void(*([types.voidptr] * 13)))
+
+
+@njit(cache=True)
+def _dense(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray, params: np.ndarray, ones: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``out[:] = torch.addmm(bias, x, weight.t())`` (C-contiguous float32: ``x`` [n, k],
+    ``weight`` [m, k], ``out`` [n, m]) with torch's own BLAS call: every row of ``out`` set to
+    the bias, then ``sgemm_("T", "N", m, n, k, 1, weight, k, x, k, 1, out, m)``, the column-major
+    call ``addmm`` makes for a row-major result (``params`` [8] int32: the transposition flags in
+    its first two, the sizes written here; ``ones`` [2] float32: alpha and beta)."""
+    n, k = x.shape
+    m = weight.shape[0]
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = bias[j]
+    params[2] = m
+    params[3] = n
+    params[4] = k
+    params[5] = k
+    params[6] = k
+    params[7] = m
+    _sgemm(
+        params.ctypes,
+        params[1:].ctypes,
+        params[2:].ctypes,
+        params[3:].ctypes,
+        params[4:].ctypes,
+        ones.ctypes,
+        weight.ctypes,
+        params[5:].ctypes,
+        x.ctypes,
+        params[6:].ctypes,
+        ones[1:].ctypes,
+        out.ctypes,
+        params[7:].ctypes,
+    )
+
+
+@njit(cache=True)
+def _dense_scores(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray, params: np.ndarray, ones: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    """``_dense``, returning a copy of the output's first column (the scores)."""
+    _dense(x, weight, bias, out, params, ones)
+    scores = np.empty(x.shape[0], dtype=np.float32)
+    for i in range(x.shape[0]):
+        scores[i] = out[i, 0]
+    return scores
+
+
+def _gemm_params() -> npt.NDArray[np.int32]:
+    """``_dense``'s parameter block: flags "T" and "N" (one byte each in an int32), sizes after."""
+    params = np.zeros(8, dtype=np.int32)
+    params[0], params[1] = ord("T"), ord("N")
+    return params
+
+
+_ONES = np.ones(2, dtype=np.float32)
+#: ``direct_blas``'s answers, per tuple of layer shapes
+_DIRECT_OK: dict[tuple[tuple[int, int], ...], bool] = {}
+_CHECK_ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 300)
+
+
+def direct_blas(shapes: tuple[tuple[int, int], ...] = ((8, 32), (32, 16), (16, 1))) -> bool:
+    """Whether ``_dense`` gives ``torch.addmm``'s floats for layers of these (in, out) shapes,
+    checked once per process and shapes on random layers and queue lengths 1-300, bit for bit:
+    False where torch exports no ``sgemm_`` or its ``addmm`` takes another path (another BLAS,
+    oneDNN); the actor then runs through torch (``FastActor._scores_torch``)."""
+    ok = _DIRECT_OK.get(shapes)
+    if ok is None:
+        ok = _DIRECT_OK[shapes] = _SGEMM is not None and _check_direct(shapes)
+    return ok
+
+
+def _check_direct(shapes: tuple[tuple[int, int], ...]) -> bool:
+    gen = torch.Generator().manual_seed(12345)  # not the global generator: no draw is taken from it
+    params = _gemm_params()
+    for k, m in shapes:
+        weight = torch.randn((m, k), generator=gen) * 3.0
+        bias = torch.randn(m, generator=gen)
+        for n in _CHECK_ROWS:
+            x = torch.tanh(torch.randn((n, k), generator=gen) * 4.0)
+            want = torch.addmm(bias, x, weight.t()).numpy()
+            got = np.empty((n, m), dtype=np.float32)
+            _dense(x.numpy(), weight.numpy(), bias.numpy(), got, params, _ONES)
+            if got.tobytes() != want.tobytes():
+                return False
+    return True
+
+
 class FastActor:
     """The actor of an ``ActorCritic`` applied to one decision's real jobs; see the module docstring."""
 
@@ -93,13 +279,81 @@ class FastActor:
         self._activation = _ACTIVATIONS[model.config.activation]
         self.n_features = model.config.obs_features
         self.top_k = model.config.top_k
+        widths = (self.n_features, *(int(bias.shape[0]) for bias, _ in self._layers))
+        self._buffers = _buffers_for(widths)
+        #: per layer: its weight transposed and a numpy view of its bias (the parameters' memory)
+        self._live = [(weight_t, bias.numpy()) for bias, weight_t in self._layers]
+        #: per layer: numpy views of its weight [out, in] and bias (the parameters' memory), for
+        #: ``_dense``; None when a parameter is not a C-contiguous float32 array
+        self._direct: list[tuple[F32Array, F32Array]] | None = [
+            (layer.weight.detach().numpy(), layer.bias.detach().numpy()) for layer in layers
+        ]
+        if not all(
+            w.dtype == b.dtype == np.float32 and w.flags.c_contiguous and b.flags.c_contiguous
+            for w, b in self._direct
+        ) or not direct_blas(tuple((w.shape[1], w.shape[0]) for w, _ in self._direct)):
+            self._direct = None
+        self._params = _gemm_params()
 
     def scores(self, obs: npt.ArrayLike) -> F32Array:
-        """Score of every row of ``obs`` ``[n, F_obs]``: ``ActorCritic.scores`` with a full mask."""
-        x = np.ascontiguousarray(obs, dtype=np.float32)
+        """Score of every row of ``obs`` ``[n, F_obs]``: ``ActorCritic.scores`` with a full mask.
+
+        Each linear layer is ``torch.addmm(bias, h, weight.t())``'s MKL call made directly
+        (``_dense``: the bias in every row of a kept output buffer, then torch's ``sgemm_`` with
+        the arguments ``addmm`` passes it; ``direct_blas`` checks the floats are the same), the
+        activation torch's own kernel in place on that buffer: two torch calls a decision instead
+        of seven, which cost several microseconds each inside a training episode, where the
+        simulator's work has evicted torch's dispatch path from the caches. Where the direct call
+        is not available, ``_scores_torch`` runs the same layers through torch."""
+        x = np.asarray(obs)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"obs must be [n, {self.n_features}], got {x.shape}")
-        h = torch.from_numpy(x)
+        n = len(x)
+        if n == 0 or n > _BUFFERED_ROWS:
+            return self._scores_unbuffered(x)
+        bufs = self._buffers.by_rows.get(n)
+        if bufs is None:
+            bufs = self._buffers.add(n)
+        direct = self._direct
+        if direct is None:
+            return self._scores_torch(x, bufs)
+        _, outs, out_nps = bufs
+        h = np.ascontiguousarray(x, dtype=np.float32)
+        params = self._params
+        last = len(direct) - 1
+        for k in range(last):
+            weight, bias = direct[k]
+            _dense(h, weight, bias, out_nps[k], params, _ONES)
+            self._activation(outs[k + 1])
+            h = out_nps[k]
+        weight, bias = direct[last]
+        scores: F32Array = _dense_scores(h, weight, bias, out_nps[last], params, _ONES)
+        return scores
+
+    def _scores_torch(
+        self, x: npt.NDArray[np.generic], bufs: tuple[F32Array, list[Tensor], list[F32Array]]
+    ) -> F32Array:
+        """``scores`` through torch, in the kept buffers: each output's rows set to the bias (a
+        numpy copy from the parameter's memory), then ``out.addmm_(h, weight_t)`` adds the
+        product, the same MKL call with beta 1 that ``torch.addmm(bias, h, weight_t)`` makes after
+        copying the expanded bias into its result: the same floats."""
+        x_np, outs, out_nps = bufs
+        np.copyto(x_np, x, casting="unsafe")  # what ascontiguousarray(obs, float32) would hold
+        h = outs[0]
+        last = len(self._layers) - 1
+        for k, (weight_t, bias_np) in enumerate(self._live):
+            out = outs[k + 1]
+            np.copyto(out_nps[k], bias_np)  # the bias in every row, then out += h @ weight_t
+            out.addmm_(h, weight_t)
+            if k < last:
+                self._activation(out)
+            h = out
+        scores: F32Array = out_nps[last][:, 0].copy()
+        return scores
+
+    def _scores_unbuffered(self, x: npt.NDArray[np.generic]) -> F32Array:
+        """``scores`` with new tensors (empty queues, and queues longer than the buffers)."""
+        h = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
         last = len(self._layers) - 1
         for k, (bias, weight_t) in enumerate(self._layers):
             h = torch.addmm(bias, h, weight_t)
@@ -107,6 +361,52 @@ class FastActor:
                 self._activation(h)
         out: F32Array = h.numpy()[:, 0]
         return out
+
+
+#: queues up to this long use the kept buffers (``_Buffers``: about 0.5 MB for the default model)
+_BUFFERED_ROWS = 2048
+
+_Views = tuple[F32Array, list[Tensor], list[F32Array]]
+
+
+class _Buffers:
+    """The layers' input and output buffers of ``FastActor``, kept per thread and layer widths
+    (not per actor: a training run makes a policy, hence an actor, per episode, and building a
+    queue length's views costs more than a decision's forward pass). For ``n`` rows: the input's
+    numpy view, the tensors (input, each layer's output) and the outputs' numpy views, all views
+    of the first ``n`` rows of buffers sized for the longest queue seen (C-contiguous: the same
+    BLAS calls as fresh tensors). One thread's actors run one at a time; every call overwrites
+    the buffers before it reads them."""
+
+    def __init__(self, widths: tuple[int, ...]) -> None:
+        self.widths = widths
+        self.rows = 0
+        self.full: list[Tensor] = []
+        self.by_rows: dict[int, _Views] = {}
+
+    def add(self, n: int) -> _Views:
+        if n > self.rows:
+            self.rows = max(n, 2 * self.rows, 32)
+            self.full = [torch.empty((self.rows, width)) for width in self.widths]
+            self.by_rows.clear()
+        views = [t[:n] for t in self.full]
+        bufs = (views[0].numpy(), views, [v.numpy() for v in views[1:]])
+        self.by_rows[n] = bufs
+        return bufs
+
+
+_THREAD_BUFFERS = threading.local()
+
+
+def _buffers_for(widths: tuple[int, ...]) -> _Buffers:
+    """This thread's ``_Buffers`` for layers of these widths (input first)."""
+    pools: dict[tuple[int, ...], _Buffers] | None = getattr(_THREAD_BUFFERS, "pools", None)
+    if pools is None:
+        pools = _THREAD_BUFFERS.pools = {}
+    buffers = pools.get(widths)
+    if buffers is None:
+        buffers = pools[widths] = _Buffers(widths)
+    return buffers
 
 
 def _steps(n: int, top_k: int) -> tuple[IntArray, IntArray]:
@@ -191,14 +491,19 @@ def sample_with_priorities(
     keys (numpy's ``log``), then one compiled stable sort and ranking (``_rank_kernel``); when
     equal keys would make numpy's partial sort decide (practically never: continuous noise),
     numpy's own path."""
-    s = np.asarray(scores, dtype=np.float64)
+    s = np.asarray(scores)
+    if s.dtype != np.float32:
+        s = np.asarray(s, dtype=np.float64)
     n = len(s)
     width = n if top_k is None else min(top_k, n)
-    keys = _neg_sub(s, np.log(np.maximum(rng.standard_exponential(n), _TINY)))
+    log_e = rng.standard_exponential(n)
+    np.maximum(log_e, _TINY, out=log_e)
+    np.log(log_e, out=log_e)  # numpy's log, as sample_order's
     order = np.empty(width, dtype=np.int64)
     prio = np.empty(n, dtype=np.int64)
-    if _rank_kernel(keys, width, width < n, order, prio):
+    if _sample_rank_kernel(s, log_e, width, width < n, order, prio):
         return order, prio
+    keys = _neg_sub(np.asarray(s, dtype=np.float64), log_e)
     if width < n:
         part = np.argpartition(keys, width - 1)[:width]
         order = part[np.argsort(keys[part], kind="stable")]

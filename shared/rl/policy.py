@@ -28,8 +28,11 @@ its own idle-cycle skip makes harmless to the schedule.)
 Speed: features come from a ``WorkloadFeaturizer`` (per-workload precomputation, per-state caches
 keyed by a version renewed in ``on_start``/``on_end``, placement counts updated from the nodes that
 changed or kept per free state, only the selected columns), the actor from a ``FastActor`` (the
-module's kernels without its batch overhead), ranks and samples from numpy. ``stage_seconds``
-times the stages of a decision for the benchmark.
+module's BLAS call and activation without its batch overhead), ranks and samples from numpy's
+draws in one compiled call, the slots and the keys in one compiled call each (``base_head``,
+``learned_keys``): inside an episode every call costs several microseconds, the simulator having
+evicted the policy's code from the caches (docs/training.md, "Speed of a decision").
+``stage_seconds`` times the stages of a decision for the benchmark.
 The numbers are those of the batch path (``tests/rl/test_rl_fast_policy.py``); with a numpy
 ``Generator`` (what ``EpisodeRunner.run`` passes) sampling draws from numpy's stream, with a torch
 ``Generator`` (or none) from torch's, as before.
@@ -51,7 +54,7 @@ from shared.features import FeatureConfig, FeatureSampler, RunningJobs, SimViewB
 from shared.features.fast import Observation, WorkloadFeaturizer
 from shared.features.views import ClusterView
 from shared.model import ActorCritic, order_to_priorities, sample_order
-from shared.model.fast import FastActor, greedy_priorities, sample_with_priorities
+from shared.model.fast import FastActor, base_head, greedy_priorities, learned_keys, sample_with_priorities
 from shared.policies.base import Policy, PolicyContext
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
@@ -201,20 +204,25 @@ class LearnedPolicy(Policy):
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         t0 = time.perf_counter()
         base_keys = np.asarray(self.base.keys(idx, now), dtype=np.float64)
-        if now < self.warm_until or len(idx) < 2:
+        n = len(idx)
+        if now < self.warm_until or n < 2:
             self.seconds += time.perf_counter() - t0
             return base_keys
-        base_order = base_keys.argsort(kind="stable")
-        head = base_order[: self.max_queue]
-        priorities = self._decide(idx[head], now, may_skip=len(head) == len(idx))
+        # the slots: the first max_queue jobs in base order (one compiled call: the stable sort and
+        # the gather; numpy's when a key is NaN)
+        base_order = np.empty(n, dtype=np.int64)
+        head = np.empty(min(n, self.max_queue), dtype=np.int64)
+        if not base_head(idx, base_keys, base_order, head):
+            base_order = base_keys.argsort(kind="stable")
+            head = idx[base_order[: len(head)]]
+        priorities = self._decide(head, now, may_skip=len(head) == n)
         if priorities is None:
             self.skipped += 1
             self.seconds += time.perf_counter() - t0
             return base_keys  # nothing can start whatever the order: the model is not asked
-        keys = np.empty(len(idx), dtype=np.float64)
-        keys[head] = -priorities  # higher priority first; head keys are <= -1
-        if len(head) < len(idx):
-            keys[base_order[self.max_queue :]] = np.arange(len(idx) - len(head), dtype=np.float64)
+        # the slots' keys are -priorities (<= -1), the rest follow in base order (0, 1, ...)
+        keys = np.empty(n, dtype=np.float64)
+        learned_keys(base_order, np.asarray(priorities, dtype=np.int64), keys)
         self.seconds += time.perf_counter() - t0
         return keys
 

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_fast_ways import _Run
 from test_features_fast import _filled
 from test_features_ways import scenarios
@@ -42,13 +43,16 @@ def _assert_same(fast: ClusterView, slow: ClusterView) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario=scenarios())
-def test_assembled_view_equals_the_constructors(scenario: tuple) -> None:  # type: ignore[type-arg]
+@given(scenario=scenarios(), compiled=st.booleans())
+def test_assembled_view_equals_the_constructors(scenario: tuple, compiled: bool) -> None:  # type: ignore[type-arg]
+    """Both assemblies: the compiled one (``kernels_view.view_kernel``, the default) and numpy's."""
     filled = _filled(scenario)
     if filled is None:
         return
     bound, state, _, _, rng = filled
     fast = SimViewBuilder(bound, bound.jobs.estimate)
+    assert fast.compiled
+    fast.compiled = compiled
     checked = SimViewBuilder(bound, bound.jobs.estimate, check_values=True)
     run = _Run(bound, state, int(rng.integers(2**31)))
     now = 0.0
@@ -87,3 +91,58 @@ def test_assembled_views_share_read_only_shape_arrays() -> None:
         a.group_of_node[0] = 1  # shared by every view: read-only
     with pytest.raises(ValueError, match="differ in length"):
         builder.cluster_view(state, [0], [], [])
+
+
+def test_compiled_view_refuses_a_state_of_another_size() -> None:
+    """A state whose groups hold other node counts than the builder's cluster is refused before
+    anything is written (the kernel writes by position)."""
+    group = {"name": "g", "gpu_type": "A", "count": 3, "gpus": 4, "cpus": 16, "mem_gib": 64}
+    spec = parse_cluster_spec({"name": "c", "node_groups": [group]}, "test")
+    rows = {
+        "gpus": [1, 2],
+        "milli": [1000, 1000],
+        "cpus": [1_000, 1_000],
+        "mem": [4_096, 4_096],
+        "type": [0, 0],
+    }
+    filled = _filled((spec, rows, 1, 0, 0))
+    assert filled is not None
+    bound, state, running, groups, _ = filled
+    builder = SimViewBuilder(bound, bound.jobs.estimate)
+    ends = np.zeros(len(running))
+    builder.cluster_view(state, running, groups, ends)  # the right size: fine
+    gs = state.groups[0]
+    gs.whole, gs.cpu, gs.mem = gs.whole[:-1], gs.cpu[:-1], gs.mem[:-1]
+    with pytest.raises(ValueError, match="do not hold the cluster's 3 nodes"):
+        builder.cluster_view(state, running, groups, ends)
+
+
+def test_groups_of_mixed_integer_types_fall_back_to_numpy() -> None:
+    """Groups whose arrays are not all of one type (numba takes the groups as one tuple type):
+    numpy's assembly, the same view."""
+    groups = [
+        {"name": "a", "gpu_type": "A", "count": 2, "gpus": 4, "cpus": 16, "mem_gib": 64},
+        {"name": "b", "gpu_type": "B", "count": 3, "gpus": 8, "cpus": 32, "mem_gib": 128},
+    ]
+    spec = parse_cluster_spec({"name": "c", "node_groups": groups}, "test")
+    rows = {
+        "gpus": [1, 2, 8],
+        "milli": [1000] * 3,
+        "cpus": [1_000] * 3,
+        "mem": [4_096] * 3,
+        "type": [0, 0, 0],
+    }
+    filled = _filled((spec, rows, 2, 0, 1))
+    assert filled is not None
+    bound, state, running, run_group, _ = filled
+    gs = state.groups[0]
+    gs.whole, gs.cpu, gs.mem = gs.whole.astype(np.int32), gs.cpu.astype(np.int32), gs.mem.astype(np.int32)
+    ends = np.arange(len(running), dtype=np.float64)
+    numpy_builder = SimViewBuilder(bound, bound.jobs.estimate)
+    numpy_builder.compiled = False
+    checked = SimViewBuilder(bound, bound.jobs.estimate, check_values=True)
+    builder = SimViewBuilder(bound, bound.jobs.estimate)
+    view = builder.cluster_view(state, running, run_group, ends)
+    assert not builder.compiled  # numpy's assembly from now on
+    _assert_same(view, checked.cluster_view(state, running, run_group, ends))
+    _assert_same(view, numpy_builder.cluster_view(state, running, run_group, ends))

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_features_fast import _filled
 from test_features_ways import scenarios
 
@@ -77,9 +78,10 @@ def test_request_rows_equal_request_ways(scenario: tuple) -> None:  # type: igno
         assert np.array_equal(request_rows(req, levels, rows, cv, node_table(cv)), reference)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_kept_counts_follow_starts_and_ends_exactly(scenario: tuple) -> None:  # type: ignore[type-arg]
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.booleans())
+def test_kept_counts_follow_starts_and_ends_exactly(scenario: tuple, compiled: bool) -> None:  # type: ignore[type-arg]
+    """Both updates: the compiled one (``kernels_ways.sync_kernel``, the default) and numpy's."""
     filled = _filled(scenario)
     if filled is None:
         return
@@ -89,6 +91,8 @@ def test_kept_counts_follow_starts_and_ends_exactly(scenario: tuple) -> None:  #
     levels = RequestLevels.of(req, builder.empty_cluster())
     # a small bound, so that bursts of starts and ends also take the start-over path
     counts = PlacementCounts(req, levels, max_changed=3)
+    assert counts.compiled
+    counts.compiled = compiled
     run = _Run(bound, state, int(rng.integers(2**31)))
     before: np.ndarray | None = None
     small_changes = 0

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from shared.model import ActorCritic, ModelConfig, order_to_priorities, scores_to_priorities
-from shared.model.fast import FastActor, greedy_priorities, order_priorities, sample_order
+from shared.model.fast import FastActor, direct_blas, greedy_priorities, order_priorities, sample_order
 
 
 def _model(activation: str, seed: int) -> ActorCritic:
@@ -28,12 +28,25 @@ def _model(activation: str, seed: int) -> ActorCritic:
     return model.eval()
 
 
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_fast_scores_are_the_modules_floats(activation: str) -> None:
-    model = _model(activation, seed=1)
+def _actor(model: ActorCritic, path: str) -> FastActor:
+    """The actor on its direct BLAS path (torch's ``sgemm_`` called from ``_dense``) or torch's."""
     actor = FastActor(model)
+    if path == "direct":
+        if not direct_blas():
+            pytest.skip("torch exports no sgemm_ giving addmm's floats here")
+        assert actor._direct is not None
+    else:
+        actor._direct = None
+    return actor
+
+
+@pytest.mark.parametrize("path", ["direct", "torch"])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_fast_scores_are_the_modules_floats(activation: str, path: str) -> None:
+    model = _model(activation, seed=1)
+    actor = _actor(model, path)
     rng = np.random.default_rng(0)
-    for n in (1, 2, 3, 7, 8, 31, 64, 257, 1024):
+    for n in (1, 2, 3, 7, 8, 31, 64, 257, 1024, 2100, 5, 1):  # past the kept buffers, then back
         obs = rng.random((n, 8)).astype(np.float32)
         obs[rng.random((n, 8)) < 0.3] = 0.0  # features at 0 or 1 are common
         obs[rng.random((n, 8)) < 0.2] = 1.0
@@ -43,9 +56,10 @@ def test_fast_scores_are_the_modules_floats(activation: str) -> None:
             assert np.array_equal(actor.scores(x), expected.numpy())
 
 
-def test_fast_actor_sees_weights_loaded_in_place() -> None:
+@pytest.mark.parametrize("path", ["direct", "torch"])
+def test_fast_actor_sees_weights_loaded_in_place(path: str) -> None:
     model = _model("tanh", seed=1)
-    actor = FastActor(model)
+    actor = _actor(model, path)
     obs = np.random.default_rng(1).random((5, 8)).astype(np.float32)
     before = actor.scores(obs).copy()
     model.load_state_dict(_model("tanh", seed=2).state_dict())
@@ -116,3 +130,18 @@ def test_sample_order_follows_plackett_luce() -> None:
     # truncated to one pick: a softmax over the jobs
     firsts = np.bincount([int(sample_order(s, 1, rng)[0]) for _ in range(n)], minlength=3) / n
     assert np.allclose(firsts, w / w.sum(), atol=5 * math.sqrt(0.25 / n))
+
+
+def test_direct_path_on_other_layer_shapes() -> None:
+    """Wider, deeper actors (their shapes checked by ``direct_blas`` on first use) give the
+    module's floats too, on either path."""
+    torch.manual_seed(3)
+    model = ActorCritic(ModelConfig(actor_hidden=(64, 48, 8))).eval()
+    obs = np.random.default_rng(3).random((23, 8)).astype(np.float32)
+    with torch.no_grad():
+        expected = model.scores(torch.from_numpy(obs)[None], torch.ones(1, 23, dtype=torch.bool))[0]
+    for path in ("direct", "torch"):
+        actor = FastActor(model)
+        if path == "torch":
+            actor._direct = None
+        assert np.array_equal(actor.scores(obs), expected.numpy())

@@ -10,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared.model.fast import greedy_priorities, order_priorities, sample_order, sample_with_priorities
+from shared.model.fast import (
+    _stable_argsort,
+    base_head,
+    greedy_priorities,
+    learned_keys,
+    order_priorities,
+    sample_order,
+    sample_with_priorities,
+)
 
 
 def _numpy_greedy(scores: np.ndarray, top_k: int | None) -> np.ndarray:
@@ -57,3 +65,34 @@ def test_ties_at_the_cut_fall_back_to_numpy() -> None:
     order, prio = sample_with_priorities(scores, 3, gen)
     want = sample_order(scores, 3, gen)
     assert np.array_equal(order, want) and np.array_equal(prio, order_priorities(want, 10))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 31, 32, 33, 100])
+def test_stable_argsort_is_numpys(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for keys in (rng.standard_normal(n), rng.integers(0, 3, n).astype(np.float64), np.zeros(n)):
+        keys[rng.random(n) < 0.1] = -0.0  # -0.0 and 0.0 are equal keys: slot order decides
+        assert np.array_equal(_stable_argsort(keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("max_queue", [1, 3, 8, 256])
+def test_base_head_and_learned_keys_are_the_numpy_expressions(max_queue: int) -> None:
+    """The learned policy's slots and keys, as ``LearnedPolicy.keys`` computed them in numpy."""
+    rng = np.random.default_rng(max_queue)
+    for n in (2, 3, 9, 40, 300):
+        idx = rng.permutation(10 * n)[:n].astype(np.int64)
+        base_keys = rng.integers(0, 5, n).astype(np.float64)  # ties: slot order decides
+        h = min(n, max_queue)
+        order, head = np.empty(n, dtype=np.int64), np.empty(h, dtype=np.int64)
+        assert base_head(idx, base_keys, order, head)
+        want_order = base_keys.argsort(kind="stable")
+        assert np.array_equal(order, want_order) and np.array_equal(head, idx[want_order[:h]])
+        priorities = rng.permutation(h).astype(np.int64) + 1
+        keys = np.empty(n)
+        learned_keys(order, priorities, keys)
+        want = np.empty(n)
+        want[want_order[:h]] = -priorities
+        want[want_order[h:]] = np.arange(n - h, dtype=np.float64)
+        assert keys.tobytes() == want.tobytes()
+    nan_keys = np.array([1.0, np.nan, 0.0])  # numpy sorts NaN last: its own call decides
+    assert not base_head(np.arange(3), nan_keys, np.empty(3, dtype=np.int64), np.empty(2, dtype=np.int64))
