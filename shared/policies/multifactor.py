@@ -75,6 +75,8 @@ class SlurmMultifactor(Policy):
         self._static: FloatArray | None = None
         self._usage_version = 0  # bumped whenever ``usage`` changes
         self._fs_cache: tuple[int, list[float]] = (-1, [])  # (version, weighted fair-share per user)
+        # (usage version, the usage array, fair-share per user)
+        self._fs_vec: tuple[int, FloatArray, FloatArray] = (-1, self.usage, np.ones(0))
         self._scalar: tuple[list[float], list[float], list[int]] | None = None
 
     def _advance(self, now: float) -> None:
@@ -97,11 +99,23 @@ class SlurmMultifactor(Policy):
         return self._fairshare_by_user()[users]
 
     def _fairshare_by_user(self) -> FloatArray:
-        """2^(-U/S) of every user (a handful), so a queue of thousands pays one gather."""
-        total = self.usage.sum()
+        """2^(-U/S) of every user (a handful), so a queue of thousands pays one gather.
+
+        The power is the C library's ``pow`` per user (``math.pow``), not ``np.power``: numpy's
+        may use a SIMD pow (AVX-512) whose last bit differs from other machines' and from the
+        simulator's compiled core, which must compute the same priorities; cached per usage
+        version and usage array (``_advance`` replaces the array; nothing edits it in place)."""
+        usage = self.usage
+        if self._fs_vec[0] == self._usage_version and self._fs_vec[1] is usage:
+            return self._fs_vec[2]
+        total = usage.sum()
         if total <= 0:
-            return np.ones(len(self.usage))
-        factor: FloatArray = np.power(2.0, -(self.usage / total) / self.share)
+            factor: FloatArray = np.ones(len(usage))
+        else:
+            factor = np.array(
+                [math.pow(2.0, v) for v in (-(usage / total) / self.share).tolist()], dtype=np.float64
+            )
+        self._fs_vec = (self._usage_version, usage, factor)
         return factor
 
     def priority(self, idx: IntArray, now: float) -> FloatArray:

@@ -178,6 +178,8 @@ def run_checked(
 ) -> tuple[SimResult, Simulator, list[tuple[int, float, Alloc]]]:
     with checked_state() as logs:
         sim = Simulator(bound, make_policy(policy), cfg)
+        sim.core = "python"  # the instrumented state is the Python loop's (the compiled core's
+        # schedules are held to it in tests/sim/test_compiled.py)
         res = sim.run(record_reservations=record)
     assert len(logs) == 1
     return res, sim, logs[0]
