@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.pairwise_sum import pairwise
 from shared.policies import POLICY_NAMES, make_policy
 from shared.policies.classic import FCFS
 from shared.sim.binding import BoundWorkload
-from shared.sim.compiled.kernels import _pairwise
 from shared.sim.config import SimConfig
 from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
@@ -186,7 +186,7 @@ def test_numpy_pairwise_sum() -> None:
     rng = np.random.default_rng(3)
     for n in [*range(0, 300), 511, 1000, 4097]:
         a = rng.random(n) * 10 ** rng.uniform(-3, 8, n)
-        assert _pairwise(a, 0, n) == a.sum(), n
+        assert pairwise(a, 0, n) == a.sum(), n
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,6 +30,8 @@ import math
 import numpy as np
 from numba import njit
 
+from shared.pairwise_sum import pairwise
+
 INF = math.inf
 BIG = 1 << 60
 
@@ -41,87 +43,6 @@ I_GPUS, I_MILLI, I_CPU, I_MEM, I_SHAPE, I_GCLASS, I_BUCKET, I_USER = range(8)
 P_STATIC, P_WFP3, P_UNICEP, P_MULTIFACTOR = range(4)
 # backfill modes
 M_EASY, M_GREEDY, M_NONE = range(3)
-
-
-@njit(cache=True)
-def _pairwise_leaf(a, lo, n):
-    """numpy's pairwise sum of a block of at most 128 values."""
-    if n < 8:
-        res = 0.0
-        for k in range(lo, lo + n):
-            res += a[k]
-        return res
-    r0 = a[lo]
-    r1 = a[lo + 1]
-    r2 = a[lo + 2]
-    r3 = a[lo + 3]
-    r4 = a[lo + 4]
-    r5 = a[lo + 5]
-    r6 = a[lo + 6]
-    r7 = a[lo + 7]
-    k = 8
-    while k < n - (n % 8):
-        r0 += a[lo + k]
-        r1 += a[lo + k + 1]
-        r2 += a[lo + k + 2]
-        r3 += a[lo + k + 3]
-        r4 += a[lo + k + 4]
-        r5 += a[lo + k + 5]
-        r6 += a[lo + k + 6]
-        r7 += a[lo + k + 7]
-        k += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while k < n:
-        res += a[lo + k]
-        k += 1
-    return res
-
-
-@njit(cache=True)
-def _pairwise(a, lo, n):
-    """``numpy.sum``'s pairwise summation of ``a[lo:lo + n]`` (the same additions in the same
-    order, so the same float64 result: the multifactor policy sums its usage with numpy).
-
-    numpy recurses (halves cut at multiples of 8, blocks of at most 128 summed in 8 lanes); this
-    walks the same tree with explicit stacks, since numba's cache does not load recursive
-    functions reliably (a cached recursive version crashed on load)."""
-    f_lo = np.empty(128, np.int64)
-    f_n = np.empty(128, np.int64)
-    f_phase = np.empty(128, np.int64)
-    vals = np.empty(128)
-    nf = 1
-    nv = 0
-    f_lo[0] = lo
-    f_n[0] = n
-    f_phase[0] = 0
-    while nf:
-        nf -= 1
-        a_lo = f_lo[nf]
-        a_n = f_n[nf]
-        if a_n <= 128:
-            vals[nv] = _pairwise_leaf(a, a_lo, a_n)
-            nv += 1
-            continue
-        if f_phase[nf] == 1:
-            right = vals[nv - 1]
-            left = vals[nv - 2]
-            nv -= 2
-            vals[nv] = left + right
-            nv += 1
-            continue
-        n2 = a_n // 2
-        n2 -= n2 % 8
-        f_phase[nf] = 1
-        nf += 1
-        f_lo[nf] = a_lo + n2
-        f_n[nf] = a_n - n2
-        f_phase[nf] = 0
-        nf += 1
-        f_lo[nf] = a_lo
-        f_n[nf] = n2
-        f_phase[nf] = 0
-        nf += 1
-    return vals[0]
 
 
 @njit(cache=True)
@@ -680,7 +601,7 @@ def _advance(mf, usage, running, now):
 def _fairshare(mf, usage, fsw):
     """``w.fairshare x 2^(-U/S)`` per user into ``fsw`` (2.0 read from ``mf`` so that LLVM keeps
     the ``pow`` call that Python's ``math.pow`` makes instead of rewriting it as ``exp2``)."""
-    total = _pairwise(usage, 0, len(usage))
+    total = pairwise(usage, 0, len(usage))
     wfs = mf[4]
     if total <= 0:
         for u in range(len(usage)):
