@@ -115,9 +115,6 @@ class DecodeAhead(Generic[M]):
         try:
             message = decode(self.model, data, self.limits)
             RECEIVED.digest_of(message)  # what a vector's reference is matched against
-            warm = getattr(message, "warm", None)
-            if callable(warm):  # what the handler would otherwise build on the path
-                warm()
         except MessageError as err:  # the consumer of the naming message reports it
             self.stats.invalid += 1
             log.debug("%s of %s decoded ahead is invalid: %s", self.kind, cluster, err.reason)
