@@ -8,6 +8,7 @@ minus its priority.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,6 +54,27 @@ class Policy(ABC):
     #: keys are whole numbers (e.g. Slurm's integer priorities): the simulator may fold the
     #: arrival tie-break into them
     integer_keys: bool = False
+    #: the simulator's compiled core may run this policy by stopping at every cycle that orders
+    #: the queue and asking ``keys`` of the whole queue (``shared.sim.compiled.run.run_external``):
+    #: the policy reads of the state given to ``attach`` only its groups' free ``whole``, ``cpu``,
+    #: ``mem``, ``maxfrac`` and ``n``, and of the allocations only their ``group`` (which is all
+    #: the compiled core keeps where Python can see it)
+    external_compiled: bool = False
+
+    def external_hints(self) -> tuple[float, FloatArray | None]:
+        """For the compiled core's external runs (``external_compiled``): ``(t, keys)``, where
+        ``keys`` (one per job of the workload, or None) order the queue of every cycle before
+        ``t`` and of every cycle with one queued job exactly as ``keys()`` would, with no side
+        effect there: the core then orders those cycles itself instead of asking. By default it
+        always asks."""
+        return -math.inf, None
+
+    def external_changed(self, n_events: int) -> bool:
+        """For the compiled core's external runs: ``n_events`` jobs started or ended since the
+        policy was last asked for keys. True has each passed to ``on_start``/``on_end`` (in order,
+        at its time); False says the policy needs no more, e.g. because it reads the running
+        jobs from the state it was attached to (``running``). By default: ``tracks_jobs``."""
+        return self.tracks_jobs
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

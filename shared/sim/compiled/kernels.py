@@ -19,28 +19,34 @@ Layout (built by ``shared.sim.compiled.run``):
 
 ``shared.sim.compiled.run.unsupported`` says which runs go to the Python simulator instead.
 
-The loop is a function of its state arrays only, so that it can be cut into steps later (a
-learned policy ordering the queue between steps); the baseline policies' keys are computed here.
+The baseline policies' keys are computed here; a policy that orders the queue in Python (a
+learned one, ``Policy.external_compiled``) is asked for them at each cycle through a callback in
+object mode (``simulate``, ``run.run_external``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from shared.pairwise_sum import pairwise
+from shared.sim.compiled.running import running_insert, running_remove
 
 INF = math.inf
 BIG = 1 << 60
 
 # job float columns
-F_SUBMIT, F_RUNTIME, F_EST, F_KEY, F_EST1, F_WIDTH, F_DENOM, F_MFSTATIC, F_DEMAND = range(9)
+# (F_EXT: the key an external policy gave the job in the current cycle)
+F_SUBMIT, F_RUNTIME, F_EST, F_KEY, F_EST1, F_WIDTH, F_DENOM, F_MFSTATIC, F_DEMAND, F_EXT = range(10)
 # job int columns
 I_GPUS, I_MILLI, I_CPU, I_MEM, I_SHAPE, I_GCLASS, I_BUCKET, I_USER = range(8)
 # policy kinds
-P_STATIC, P_WFP3, P_UNICEP, P_MULTIFACTOR = range(4)
+# (P_EXTERNAL: keys from Python at every cycle, the loop calling back to ask for them)
+P_STATIC, P_WFP3, P_UNICEP, P_MULTIFACTOR, P_EXTERNAL = range(5)
 # backfill modes
 M_EASY, M_GREEDY, M_NONE = range(3)
 
@@ -617,6 +623,8 @@ def _fairshare(mf, usage, fsw):
 def _key(j, now, kind, jf, ji, mf, fsw):
     if kind == P_STATIC:
         return jf[j, F_KEY]
+    if kind == P_EXTERNAL:
+        return jf[j, F_EXT]
     w = max(now - jf[j, F_SUBMIT], 0.0)
     if kind == P_WFP3:
         r = w / jf[j, F_EST1]
@@ -734,6 +742,28 @@ def _start(j, g, cnt, now, i_next, jf, ji, geo, S, buf, st, run, pool, bk):
     return busy
 
 
+#: the callbacks of the runs in progress that ask Python for keys, by handle (``ask``)
+_ASKING: dict[int, Callable[[], None]] = {}
+_HANDLES = itertools.count(1)
+
+
+def asking(callback: Callable[[], None]) -> int:
+    """Register ``callback`` for a run of ``simulate``; the handle to pass it (``done`` after)."""
+    handle = next(_HANDLES)
+    _ASKING[handle] = callback
+    return handle
+
+
+def done(handle: int) -> None:
+    """Forget the callback of a finished (or abandoned) run."""
+    _ASKING.pop(handle, None)
+
+
+def _ask(handle: int) -> None:
+    """Called from compiled code (object mode): the run's callback writes the keys."""
+    _ASKING[handle]()
+
+
 @njit(cache=True)
 def simulate(
     jf,
@@ -766,22 +796,33 @@ def simulate(
     n_users,
     pool_ptr,
     head_chunk,
+    out,
+    ext,
+    handle,
 ):
-    """Simulate jobs lo..hi-1; see the module docstring. Returns the per-job results, the
-    allocation pool, the timeline and (cycles, error flag)."""
+    """Simulate jobs lo..hi-1 (see the module docstring) into ``out`` (``run._Prepared``).
+
+    With ``kind == P_EXTERNAL``, at every cycle that orders the queue it lists the queued jobs
+    in ``ext`` (their indices in arrival order, the clock, the starts and ends since the last
+    call, and the running jobs sorted by estimated end) and calls back into Python (``_ask``,
+    the callback registered under ``handle``), which writes their keys into ``jf[:, F_EXT]``;
+    an exception there ends the run and propagates. Where the caller gave static keys for it
+    (``xs[4]``: in ``jf[:, F_KEY]``), a cycle before ``xf[1]`` or with one queued job takes
+    those instead of asking. (Object mode costs about a microsecond per call; a generator
+    instead doubled the compile time of this function.)"""
+    start, end, nodes_used, job_group, job_frac, p_node, p_w, p_mask, tl_t, tl_busy, tl_q, stats, S_out = out
+    xq, xs, xf, ev_j, ev_t, xr_job, xr_group, xr_end = ext
+    external = kind == P_EXTERNAL
     n = jf.shape[0]
     ng = len(gn)
     N = gbase[ng - 1] + gn[ng - 1]
     Gmax = 0
     for g in range(ng):
         Gmax = max(Gmax, gG[g])
-    W = np.empty(N, np.int64)
-    C = np.empty(N, np.int64)
-    M = np.empty(N, np.int64)
+    W, C, M, MF = S_out
     hist = np.zeros((ng, Gmax + 1), np.int64)
     freew = np.zeros(ng, np.int64)
     GF = np.full((N, max(Gmax, 1)), 1000, np.int64)
-    MF = np.zeros(N, np.int64)
     for g in range(ng):
         for t in range(gn[g]):
             i = gbase[g] + t
@@ -828,25 +869,13 @@ def simulate(
     )
     onode, ow, oc, om = buf[7], buf[8], buf[9], buf[10]
 
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    nodes_used = np.zeros(n, np.int64)
-    job_group = np.full(n, -1, np.int64)
-    job_frac = np.full(n, -1, np.int64)
     queued = np.zeros(n, np.bool_)
     shape_count = np.zeros(n_shapes, np.int64)
     st = (start, end, nodes_used, job_group, job_frac, queued, shape_count)
     a_ptr = pool_ptr
     pool_len = pool_ptr[n]
-    pool = (
-        a_ptr,
-        np.empty(pool_len, np.int64),
-        np.empty(pool_len, np.int64),
-        np.empty(pool_len, np.int64),
-        np.empty(pool_len, np.int64),
-        np.empty(pool_len, np.int64),
-    )
-    p_node, p_w, p_c, p_m, p_mask = pool[1], pool[2], pool[3], pool[4], pool[5]
+    pool = (a_ptr, p_node, p_w, np.empty(pool_len, np.int64), np.empty(pool_len, np.int64), p_mask)
+    p_c, p_m = pool[3], pool[4]
     # completions: a heap on (true end, job); running jobs sorted by (estimated end, job);
     # ctr = [completions, running, classes with a head]
     run = (
@@ -910,10 +939,8 @@ def simulate(
     fsw = np.zeros(n_users)
     fs_version = -1.0
 
-    tl_t = np.empty(2 * (hi - lo) + 2)
-    tl_busy = np.empty(2 * (hi - lo) + 2)
-    tl_q = np.empty(2 * (hi - lo) + 2, np.int64)
     n_tl = 0
+    n_ev = 0  # starts and ends since the last call (an external policy tracks running jobs)
     busy_milli = 0
     cycles = 0
     nq = 0
@@ -969,6 +996,12 @@ def simulate(
                 rj[s] = rj[s + 1]
             ctr[1] = rn - 1
             released = True
+            if external:
+                ev_j[n_ev] = -r - 1
+                ev_t[n_ev] = now
+                n_ev += 1
+                running_remove(xr_job, xr_group, xr_end, xs[2], r + xs[3], e_r)
+                xs[2] -= 1
             if kind == P_MULTIFACTOR:
                 _advance(mf, usage, running, now)
                 running[ji[r, I_USER]] -= jf[r, F_DEMAND]
@@ -1021,6 +1054,12 @@ def simulate(
                         ns = _sorted_remove(sk, sj, sb, ns, jf[before, F_KEY], before)
                     if after >= 0:
                         ns = _sorted_insert(sk, sj, sb, ns, jf[after, F_KEY], after, b)
+                if external:
+                    ev_j[n_ev] = j
+                    ev_t[n_ev] = now
+                    n_ev += 1
+                    running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, now + jf[j, F_EST])
+                    xs[2] += 1
                 if kind == P_MULTIFACTOR:
                     _advance(mf, usage, running, now)
                     running[ji[j, I_USER]] += jf[j, F_DEMAND]
@@ -1107,6 +1146,24 @@ def simulate(
                     if mf[2] != fs_version:
                         _fairshare(mf, usage, fsw)
                         fs_version = mf[2]
+                elif external:
+                    # ask for the keys of the whole queue, in arrival order (every queued job
+                    # heads its own order class), as the Python loop's ``policy.keys(queue, now)``
+                    m = 0
+                    for q in range(ctr[2]):
+                        xq[m] = bhead[act[q]]
+                        m += 1
+                    xq[:m].sort()
+                    if xs[4] and (m < 2 or now < xf[1]):
+                        for e in range(m):
+                            jf[xq[e], F_EXT] = jf[xq[e], F_KEY]
+                    else:
+                        xs[0] = m
+                        xs[1] = n_ev
+                        xf[0] = now
+                        n_ev = 0
+                        with objmode():
+                            _ask(handle)
                 # the order: heads of classes of shapes that fit somewhere, and of the blocked
                 # shapes only the first (key, job) per class of eligible groups (b = -1)
                 hn = 0
@@ -1276,6 +1333,13 @@ def simulate(
                                 orig_head[b] = before
                                 touched_list[n_touched] = b
                                 n_touched += 1
+                            if external:
+                                ev_j[n_ev] = j
+                                ev_t[n_ev] = now
+                                n_ev += 1
+                                x_end = now + jf[j, F_EST]
+                                running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, x_end)
+                                xs[2] += 1
                             if kind == P_MULTIFACTOR:
                                 _advance(mf, usage, running, now)
                                 running[ji[j, I_USER]] += jf[j, F_DEMAND]
@@ -1392,21 +1456,9 @@ def simulate(
             error = nq
             break
 
-    stats = np.array([cycles, error], np.int64)
-    return (
-        start,
-        end,
-        nodes_used,
-        job_group,
-        job_frac,
-        p_node,
-        p_w,
-        p_mask,
-        tl_t[:n_tl].copy(),
-        tl_busy[:n_tl].copy(),
-        tl_q[:n_tl].copy(),
-        stats,
-    )
+    stats[0] = cycles
+    stats[1] = error
+    stats[2] = n_tl
 
 
 @njit(cache=True)

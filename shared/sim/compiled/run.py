@@ -9,7 +9,11 @@ test, recorded reservations, a policy that already ran) goes to the Python loop,
 
 from __future__ import annotations
 
+import math
 import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +27,7 @@ from shared.sim.placement import BestFit, FirstFit
 from shared.sim.result import SimResult
 
 if TYPE_CHECKING:
+    from shared.sim.binding import BoundWorkload
     from shared.sim.simulator import Simulator
 
 #: the Simulator attributes that switch shortcuts, at the values the compiled core mirrors
@@ -83,190 +88,472 @@ def unsupported(sim: Simulator, record_reservations: bool) -> str | None:
         if getattr(Simulator, name) != value:
             return f"Simulator.{name} is not {value!r}"
     policy = sim.policy
-    if type(policy) not in _POLICIES:
-        return f"policy {type(policy).__name__} (compiled: the six base policies)"
-    if policy.order_classes() is None:
-        return "the policy declares no order classes"
-    if isinstance(policy, SlurmMultifactor) and (
-        policy.last != 0.0 or policy.usage.any() or policy.running.any()
-    ):
-        return "the multifactor policy has usage from an earlier run"
-    jobs = sim.w.jobs
-    if not policy.dynamic and np.isnan(policy.keys(np.arange(len(jobs)), 0.0)).any():
-        return "static keys with NaN (the Python loop does not keep such heads sorted)"
-    with_gpus = jobs.gpus > 0
-    if (with_gpus & ((jobs.gpu_milli <= 0) | ((jobs.gpu_milli < WHOLE_GPU_MILLI) & (jobs.gpus > 1)))).any():
-        return "a GPU share of 0 milli-GPUs, or a share asked for several GPUs"
-    if max((g.gpus for g in sim.w.spec.node_groups), default=0) > 62:
-        return "more than 62 GPUs per node (the core keeps a node's GPUs in a 64-bit mask)"
+    if not policy.external_compiled:
+        if type(policy) not in _POLICIES:
+            return f"policy {type(policy).__name__} (compiled: the six base policies, external_compiled ones)"
+        if policy.order_classes() is None:
+            return "the policy declares no order classes"
+        if isinstance(policy, SlurmMultifactor) and (
+            policy.last != 0.0 or policy.usage.any() or policy.running.any()
+        ):
+            return "the multifactor policy has usage from an earlier run"
+        if not policy.dynamic and np.isnan(policy.keys(np.arange(len(sim.w.jobs)), 0.0)).any():
+            return "static keys with NaN (the Python loop does not keep such heads sorted)"
     if len(sim.w.spec.node_groups) == 0:
         return "no node groups"
-    return None
+    return _layout(sim.w, sim.cfg.node_slack).unsupported
 
 
 def run_compiled(
     sim: Simulator, job_range: tuple[int, int] | None, metric_range: tuple[int, int] | None
 ) -> SimResult:
     """``Simulator.run`` on the compiled core (the caller checked ``unsupported``)."""
+    if sim.policy.external_compiled:
+        return run_external(sim, job_range, metric_range)
+    wall0 = time.perf_counter()
+    run = _Prepared(sim, job_range, external=False)
+    run.simulate(0)
+    return run.result(metric_range, wall0)
+
+
+def run_external(
+    sim: Simulator, job_range: tuple[int, int] | None, metric_range: tuple[int, int] | None
+) -> SimResult:
+    """``Simulator.run`` of a policy that orders the queue in Python (``Policy.external_compiled``)
+    on the compiled core: at each cycle that orders the queue the loop stops and the policy gives
+    the keys of the whole queue, as in the Python loop (starts and ends since the last stop are
+    passed to ``on_start``/``on_end`` first, at their own times)."""
     from shared.sim.compiled import kernels
-    from shared.sim.simulator import SimulationError
 
     wall0 = time.perf_counter()
-    w, cfg, policy = sim.w, sim.cfg, sim.policy
-    jobs = w.jobs
-    n = len(jobs)
-    lo, hi = job_range or (0, n)
-    if not 0 <= lo <= hi <= n:
-        raise ValueError(f"job_range {job_range} outside 0..{n}")
-    groups = w.spec.node_groups
-    gn = np.array([g.count for g in groups], dtype=np.int64)
-    gG = np.array([g.gpus for g in groups], dtype=np.int64)
-    gbase = np.concatenate(([0], np.cumsum(gn)[:-1])).astype(np.int64)
-    gcpu = np.array([g.cpus_milli for g in groups], dtype=np.int64)
-    gmem = np.array([g.mem_mib for g in groups], dtype=np.int64)
-    track = np.array([k in sim.frac_groups and g.gpus > 0 for k, g in enumerate(groups)], dtype=np.bool_)
-    cg_len = [len(c) for c in w.class_groups]
-    cg_ptr = np.concatenate(([0], np.cumsum(cg_len))).astype(np.int64)
-    cg_idx = np.array([g for c in w.class_groups for g in c], dtype=np.int64)
+    policy = sim.policy
+    run = _Prepared(sim, job_range, external=True)
+    state = CompiledState(run)
+    policy.attach(state, state.allocs)  # type: ignore[arg-type]
+    xq, xs, xf, ev_j, ev_t = run.ext[:5]
+    jf, lo = run.jf, run.lo
 
-    est = sim.est
-    jf = np.zeros((n, 9), dtype=np.float64)
-    jf[:, kernels.F_SUBMIT] = jobs.submit
-    jf[:, kernels.F_RUNTIME] = jobs.runtime
-    jf[:, kernels.F_EST] = est
-    ji = np.zeros((n, 8), dtype=np.int64)
-    ji[:, kernels.I_GPUS] = jobs.gpus
-    ji[:, kernels.I_MILLI] = jobs.gpu_milli
-    ji[:, kernels.I_CPU] = jobs.cpus_milli
-    ji[:, kernels.I_MEM] = jobs.mem_mib
-    ji[:, kernels.I_SHAPE] = w.shape
-    ji[:, kernels.I_GCLASS] = w.job_class
-    ji[:, kernels.I_USER] = jobs.user
-    order_cls = policy.order_classes()
-    assert order_cls is not None
-    bucket = (
-        row_classes(w.shape, jobs.cpus_milli, jobs.mem_mib, est, order_cls) if n else np.zeros(0, np.int64)
-    )
-    ji[:, kernels.I_BUCKET] = bucket
-    n_buckets = int(bucket.max()) + 1 if n else 0
-    sub = bucket[lo:hi]
-    b_jobs = (np.argsort(sub, kind="stable") + lo).astype(np.int64)
-    b_ptr = np.concatenate(([0], np.cumsum(np.bincount(sub, minlength=n_buckets)))).astype(np.int64)
-    b_of_pos = np.zeros(n, dtype=np.int64)
-    b_of_pos[b_jobs] = np.arange(len(b_jobs))
+    def ask() -> None:
+        n_ev = int(xs[1])
+        if n_ev and policy.external_changed(n_ev):
+            for e in range(n_ev):
+                j, t = int(ev_j[e]), float(ev_t[e])
+                if j >= 0:
+                    policy.on_start(j + lo, t)
+                else:
+                    policy.on_end(-j - 1 + lo, t)
+        queue = xq[: int(xs[0])]
+        jf[queue, kernels.F_EXT] = policy.keys(queue + lo, float(xf[0]))
 
-    mf = np.zeros(8, dtype=np.float64)
-    n_users = 1
-    if isinstance(policy, SlurmMultifactor):
-        kind = kernels.P_MULTIFACTOR
-        wt = policy.w
-        jf[:, kernels.F_MFSTATIC] = (
-            wt.job_size * policy.size_factor + wt.partition * policy.part_factor + wt.qos * policy.qos_factor
+    handle = kernels.asking(ask)
+    try:
+        run.simulate(handle)
+    finally:
+        kernels.done(handle)
+    return run.result(metric_range, wall0)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the compiled core needs of a bound workload that no run changes: the node groups as
+    arrays, per shape (GPU request and eligible groups) its GPUs, share, class of eligible groups
+    and the least CPUs and memory any of its jobs asks (over the whole workload, as the Python
+    loop's retirement rule reads them), and per job the most nodes its allocation may span."""
+
+    gn: np.ndarray
+    gG: np.ndarray
+    gbase: np.ndarray
+    gcpu: np.ndarray
+    gmem: np.ndarray
+    cg_ptr: np.ndarray
+    cg_idx: np.ndarray
+    n_shapes: int
+    shape_gpus: np.ndarray
+    shape_milli: np.ndarray
+    shape_gclass: np.ndarray
+    shape_min_cpu: np.ndarray
+    shape_min_mem: np.ndarray
+    span: np.ndarray
+    #: why the core cannot run this workload, or None
+    unsupported: str | None
+
+    @classmethod
+    def of(cls, w: BoundWorkload, slack: int) -> _Layout:
+        jobs = w.jobs
+        n = len(jobs)
+        groups = w.spec.node_groups
+        gn = np.array([g.count for g in groups], dtype=np.int64)
+        gG = np.array([g.gpus for g in groups], dtype=np.int64)
+        cg_len = [len(c) for c in w.class_groups]
+        n_shapes = int(w.shape.max()) + 1 if n else 0
+        shape_gpus = np.zeros(n_shapes, dtype=np.int64)
+        shape_gpus[w.shape] = jobs.gpus
+        shape_milli = np.zeros(n_shapes, dtype=np.int64)
+        shape_milli[w.shape] = jobs.gpu_milli
+        shape_gclass = np.zeros(n_shapes, dtype=np.int64)
+        shape_gclass[w.shape] = w.job_class
+        big = np.iinfo(np.int64).max
+        shape_min_cpu = np.full(n_shapes, big, dtype=np.int64)
+        np.minimum.at(shape_min_cpu, w.shape, jobs.cpus_milli)
+        shape_min_mem = np.full(n_shapes, big, dtype=np.int64)
+        np.minimum.at(shape_min_mem, w.shape, jobs.mem_mib)
+        span = np.ones(n, dtype=np.int64)
+        for c, gset in enumerate(w.class_groups):
+            sel = np.flatnonzero(w.job_class == c)
+            if not len(sel):
+                continue
+            for g in gset:
+                G, cnt = int(gG[g]), int(gn[g])
+                need = np.array([nodes_needed(int(x), G) for x in jobs.gpus[sel]], dtype=np.int64)
+                span[sel] = np.maximum(span[sel], np.minimum(np.minimum(need, 10**9) + slack, cnt))
+        with_gpus = jobs.gpus > 0
+        shares = (jobs.gpu_milli <= 0) | ((jobs.gpu_milli < WHOLE_GPU_MILLI) & (jobs.gpus > 1))
+        unsupported = None
+        if (with_gpus & shares).any():
+            unsupported = "a GPU share of 0 milli-GPUs, or a share asked for several GPUs"
+        elif max((g.gpus for g in groups), default=0) > 62:
+            unsupported = "more than 62 GPUs per node (the core keeps a node's GPUs in a 64-bit mask)"
+        return cls(
+            unsupported=unsupported,
+            gn=gn,
+            gG=gG,
+            gbase=np.concatenate(([0], np.cumsum(gn)[:-1])).astype(np.int64),
+            gcpu=np.array([g.cpus_milli for g in groups], dtype=np.int64),
+            gmem=np.array([g.mem_mib for g in groups], dtype=np.int64),
+            cg_ptr=np.concatenate(([0], np.cumsum(cg_len))).astype(np.int64),
+            cg_idx=np.array([g for c in w.class_groups for g in c], dtype=np.int64),
+            n_shapes=n_shapes,
+            shape_gpus=shape_gpus,
+            shape_milli=shape_milli,
+            shape_gclass=shape_gclass,
+            shape_min_cpu=shape_min_cpu,
+            shape_min_mem=shape_min_mem,
+            span=span,
         )
-        jf[:, kernels.F_DEMAND] = policy.demand
-        n_users = len(policy.usage)
-        mf[:] = [
-            policy.last,
-            policy._lambda,
-            0.0,
-            policy.share,
-            float(wt.fairshare),
-            wt.age / wt.max_age_s,
-            wt.max_age_s,
-            2.0,
-        ]
-    elif isinstance(policy, WFP3):
-        kind = kernels.P_WFP3
-        jf[:, kernels.F_EST1] = np.maximum(est, 1.0)
-        jf[:, kernels.F_WIDTH] = np.maximum(jobs.gpus, 1)
-    elif isinstance(policy, UNICEP):
-        kind = kernels.P_UNICEP
-        # the same numpy expressions as ``UNICEP.keys`` (elementwise: the same values)
-        width = np.log2(np.maximum(jobs.gpus, 1) + 1.0)
-        jf[:, kernels.F_DENOM] = width * np.maximum(est, 1.0)
-    else:
-        kind = kernels.P_STATIC
-        jf[:, kernels.F_KEY] = policy.keys(np.arange(n), 0.0)
 
-    n_shapes = int(w.shape.max()) + 1 if n else 0
-    shape_gpus = np.zeros(n_shapes, dtype=np.int64)
-    shape_gpus[w.shape] = jobs.gpus
-    shape_milli = np.zeros(n_shapes, dtype=np.int64)
-    shape_milli[w.shape] = jobs.gpu_milli
-    shape_gclass = np.zeros(n_shapes, dtype=np.int64)
-    shape_gclass[w.shape] = w.job_class
-    big = np.iinfo(np.int64).max
-    shape_min_cpu = np.full(n_shapes, big, dtype=np.int64)
-    np.minimum.at(shape_min_cpu, w.shape, jobs.cpus_milli)
-    shape_min_mem = np.full(n_shapes, big, dtype=np.int64)
-    np.minimum.at(shape_min_mem, w.shape, jobs.mem_mib)
 
-    # room for each job's allocation: the most nodes it may span in any of its groups
-    slack = cfg.node_slack
-    span = np.ones(n, dtype=np.int64)
-    for c, gset in enumerate(w.class_groups):
-        sel = np.flatnonzero(w.job_class == c)
-        if not len(sel):
-            continue
-        for g in gset:
-            G, cnt = int(gG[g]), int(gn[g])
-            need = np.array([nodes_needed(int(x), G) for x in jobs.gpus[sel]], dtype=np.int64)
-            span[sel] = np.maximum(span[sel], np.minimum(np.minimum(need, 10**9) + slack, cnt))
-    pool_ptr = np.concatenate(([0], np.cumsum(span))).astype(np.int64)
+#: id(workload) -> (its jobs, shapes, classes, node slack, layout), dropped with the workload:
+#: a training run simulates windows of one workload thousands of times
+_LAYOUTS: dict[int, tuple[object, object, object, int, _Layout]] = {}
 
-    out = kernels.simulate(
-        jf, ji, lo, hi, cg_ptr, cg_idx, gbase, gn, gG, gcpu, gmem, track, b_ptr, b_jobs, b_of_pos,
-        shape_gpus, shape_milli, shape_gclass, shape_min_cpu, shape_min_mem, n_shapes,
-        kind, _MODES[cfg.backfill], type(sim.placer) is BestFit, slack,
-        cfg.max_reservations or 1 << 30, mf, n_users, pool_ptr, HEAD_CHUNK,
-    )  # fmt: skip
-    start, end, nodes_used, job_group, job_frac, p_node, p_w, p_mask, tl_t, tl_busy, tl_q, stats = out
-    cycles, error = int(stats[0]), int(stats[1])
-    if error:
-        raise SimulationError(
-            f"{error} job(s) can never start on an idle cluster (binding should have excluded them)"
+
+def _layout(w: BoundWorkload, slack: int) -> _Layout:
+    """The cached ``_Layout`` of ``w`` (rebuilt if its jobs, shapes or classes were replaced)."""
+    cached = _LAYOUTS.get(id(w))
+    if (
+        cached is not None
+        and cached[0] is w.jobs
+        and cached[1] is w.shape
+        and cached[2] is w.job_class
+        and cached[3] == slack
+    ):
+        return cached[4]
+    if cached is None:
+        weakref.finalize(w, _LAYOUTS.pop, id(w), None)
+    layout = _Layout.of(w, slack)
+    _LAYOUTS[id(w)] = (w.jobs, w.shape, w.job_class, slack, layout)
+    return layout
+
+
+class _Prepared:
+    """The compiled core's inputs for one ``Simulator.run`` (the flat arrays of the module
+    docstring of ``kernels``), its outputs, and the conversion of those into a ``SimResult``.
+
+    The core sees only the jobs of the run's range, numbered from 0 (``lo`` is added back in
+    the results and to the jobs an external policy is asked about): a window of a large trace
+    costs what its jobs cost."""
+
+    def __init__(self, sim: Simulator, job_range: tuple[int, int] | None, external: bool) -> None:
+        from shared.sim.compiled import kernels
+
+        self.sim = sim
+        w, cfg, policy = sim.w, sim.cfg, sim.policy
+        jobs = w.jobs
+        n = len(jobs)
+        lo, hi = job_range or (0, n)
+        if not 0 <= lo <= hi <= n:
+            raise ValueError(f"job_range {job_range} outside 0..{n}")
+        m = hi - lo
+        groups = w.spec.node_groups
+        lay = _layout(w, cfg.node_slack)
+        track = np.array([k in sim.frac_groups and g.gpus > 0 for k, g in enumerate(groups)], dtype=np.bool_)
+
+        est = sim.est[lo:hi]
+        shape = w.shape[lo:hi]
+        jf = np.zeros((m, 10), dtype=np.float64)
+        jf[:, kernels.F_SUBMIT] = jobs.submit[lo:hi]
+        jf[:, kernels.F_RUNTIME] = jobs.runtime[lo:hi]
+        jf[:, kernels.F_EST] = est
+        ji = np.zeros((m, 8), dtype=np.int64)
+        ji[:, kernels.I_GPUS] = jobs.gpus[lo:hi]
+        ji[:, kernels.I_MILLI] = jobs.gpu_milli[lo:hi]
+        ji[:, kernels.I_CPU] = jobs.cpus_milli[lo:hi]
+        ji[:, kernels.I_MEM] = jobs.mem_mib[lo:hi]
+        ji[:, kernels.I_SHAPE] = shape
+        ji[:, kernels.I_GCLASS] = w.job_class[lo:hi]
+        ji[:, kernels.I_USER] = jobs.user[lo:hi]
+        if external:
+            # an external policy may order the queue any way at every cycle: each job is a class
+            bucket = np.arange(m, dtype=np.int64)
+        else:
+            order_cls = policy.order_classes()
+            assert order_cls is not None
+            bucket = np.zeros(0, np.int64)
+            if m:
+                cols = (jobs.cpus_milli[lo:hi], jobs.mem_mib[lo:hi], est, order_cls[lo:hi])
+                bucket = row_classes(shape, *cols)
+        ji[:, kernels.I_BUCKET] = bucket
+        n_buckets = int(bucket.max()) + 1 if m else 0
+        b_jobs = np.argsort(bucket, kind="stable").astype(np.int64)
+        b_ptr = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=n_buckets)))).astype(np.int64)
+        b_of_pos = np.zeros(m, dtype=np.int64)
+        b_of_pos[b_jobs] = np.arange(m)
+
+        mf = np.zeros(8, dtype=np.float64)
+        n_users = 1
+        if external:
+            kind = kernels.P_EXTERNAL
+        elif isinstance(policy, SlurmMultifactor):
+            kind = kernels.P_MULTIFACTOR
+            wt = policy.w
+            jf[:, kernels.F_MFSTATIC] = (
+                wt.job_size * policy.size_factor[lo:hi]
+                + wt.partition * policy.part_factor[lo:hi]
+                + wt.qos * policy.qos_factor[lo:hi]
+            )
+            jf[:, kernels.F_DEMAND] = policy.demand[lo:hi]
+            n_users = len(policy.usage)
+            mf[:] = [
+                policy.last,
+                policy._lambda,
+                0.0,
+                policy.share,
+                float(wt.fairshare),
+                wt.age / wt.max_age_s,
+                wt.max_age_s,
+                2.0,
+            ]
+        elif isinstance(policy, WFP3):
+            kind = kernels.P_WFP3
+            jf[:, kernels.F_EST1] = np.maximum(est, 1.0)
+            jf[:, kernels.F_WIDTH] = np.maximum(jobs.gpus[lo:hi], 1)
+        elif isinstance(policy, UNICEP):
+            kind = kernels.P_UNICEP
+            # the same numpy expressions as ``UNICEP.keys`` (elementwise: the same values)
+            width = np.log2(np.maximum(jobs.gpus[lo:hi], 1) + 1.0)
+            jf[:, kernels.F_DENOM] = width * np.maximum(est, 1.0)
+        else:
+            kind = kernels.P_STATIC
+            jf[:, kernels.F_KEY] = policy.keys(np.arange(lo, hi), 0.0)
+
+        # room for each job's allocation: the most nodes it may span in any of its groups
+        pool_ptr = np.concatenate(([0], np.cumsum(lay.span[lo:hi]))).astype(np.int64)
+        gn, gbase = lay.gn, lay.gbase
+        self.jf, self.lo, self.hi, self.gbase, self.gG, self.track, self.pool_ptr = (
+            jf,
+            lo,
+            hi,
+            gbase,
+            lay.gG,
+            track,
+            pool_ptr,
         )
-    sim.first_reservation = None
-    sim.job_group = job_group
-    if sim.record_allocations:
+        tl = 2 * m + 2
+        self.out = (
+            np.full(m, np.nan),  # start
+            np.full(m, np.nan),  # end
+            np.zeros(m, np.int64),  # nodes used
+            np.full(m, -1, np.int64),  # node group
+            np.full(m, -1, np.int64),  # shared GPU of a fractional allocation
+            np.empty(pool_ptr[m], np.int64),  # allocation pool: nodes, whole GPUs, GPU masks
+            np.empty(pool_ptr[m], np.int64),
+            np.empty(pool_ptr[m], np.int64),
+            np.empty(tl),  # timeline: time, busy GPUs, queued jobs
+            np.empty(tl),
+            np.empty(tl, np.int64),
+            np.zeros(3, np.int64),  # cycles, error, timeline length
+            # the free state per node: whole GPUs, milli-CPUs, MiB, largest free GPU share
+            tuple(np.empty(int(gn.sum()), np.int64) for _ in range(4)),
+        )
+        x = m if external else 0
+        ask_from, static_keys = policy.external_hints() if external else (-math.inf, None)
+        if static_keys is not None:
+            jf[:, kernels.F_KEY] = static_keys[lo:hi]
+        self.ext = (
+            np.empty(x, np.int64),  # the queue of a cycle, in arrival order (from 0)
+            # its length, events since the last call, running jobs, lo, static keys given
+            np.array([0, 0, 0, lo, static_keys is not None], np.int64),
+            np.array([0.0, ask_from]),  # the clock, and until when static keys are asked for
+            np.empty(2 * x, np.int64),  # events: j (start) or -j - 1 (end), from 0
+            np.empty(2 * x),  # their times
+            np.empty(x, np.int64),  # running jobs (from lo), sorted by estimated end, ties by start
+            np.empty(x, np.int64),  # their groups
+            np.empty(x),  # their estimated ends
+        )
+        self._args = (
+            jf, ji, 0, m, lay.cg_ptr, lay.cg_idx, gbase, gn, lay.gG, lay.gcpu, lay.gmem, track,
+            b_ptr, b_jobs, b_of_pos, lay.shape_gpus, lay.shape_milli, lay.shape_gclass,
+            lay.shape_min_cpu, lay.shape_min_mem, lay.n_shapes,
+            kind, _MODES[cfg.backfill], type(sim.placer) is BestFit, cfg.node_slack,
+            cfg.max_reservations or 1 << 30, mf, n_users, pool_ptr, HEAD_CHUNK,
+        )  # fmt: skip
+
+    def simulate(self, handle: int) -> None:
+        """The compiled loop (``kernels.simulate``) over these arrays; ``handle``: the callback
+        that gives an external policy's keys (``kernels.asking``), 0 for a base policy."""
+        from shared.sim.compiled import kernels
+
+        kernels.simulate(*self._args, self.out, self.ext, handle)
+
+    def result(self, metric_range: tuple[int, int] | None, wall0: float) -> SimResult:
+        """The finished run as the Python loop's ``SimResult`` (and the simulator's records)."""
+        from shared.sim.simulator import SimulationError
+
+        sim = self.sim
+        w, cfg, policy = sim.w, sim.cfg, sim.policy
+        jobs = w.jobs
+        n = len(jobs)
+        lo, hi = self.lo, self.hi
+        start, end = np.full(n, np.nan), np.full(n, np.nan)
+        nodes_used, job_group = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+        for full, part in zip((start, end, nodes_used, job_group), self.out[:4], strict=True):
+            full[lo:hi] = part
+        tl_t, tl_busy, tl_q, stats = self.out[8:12]
+        cycles, error, n_tl = (int(x) for x in stats)
+        if error:
+            raise SimulationError(
+                f"{error} job(s) can never start on an idle cluster (binding should have excluded them)"
+            )
+        sim.first_reservation = None
+        sim.job_group = job_group
+        if sim.record_allocations:
+            sim.allocations = self._allocations()
+        mask = np.zeros(n, dtype=bool)
+        a_, b_ = metric_range or (self.lo, self.hi)
+        mask[a_:b_] = True
+        return SimResult(
+            jobs=jobs,
+            start=start,
+            end=end,
+            capacity_gpus=w.spec.total_gpus,
+            timeline_t=tl_t[:n_tl].copy(),
+            timeline_busy=tl_busy[:n_tl].copy(),
+            timeline_queued=tl_q[:n_tl].copy(),
+            metric_mask=mask,
+            nodes_used=nodes_used,
+            policy=policy.describe(),
+            placement=sim.placer.name,
+            backfill=cfg.backfill,
+            wall_seconds=time.perf_counter() - wall0,
+            cycles=cycles,
+            placer_stats={},
+        )
+
+    def _allocations(
+        self,
+    ) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]]:
+        """``Simulator.allocations`` of the finished run (node ids within their group)."""
+        jobs = self.sim.w.jobs
+        _, _, nodes_used, job_group, job_frac, p_node, p_w, p_mask = self.out[:8]
         allocs: dict[
             int, tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]
         ] = {}
         for j in np.flatnonzero(job_group >= 0).tolist():
-            p0, k = int(pool_ptr[j]), int(nodes_used[j])
+            p0, k = int(self.pool_ptr[j]), int(nodes_used[j])
+            jg = j + self.lo
             g = int(job_group[j])
-            base = int(gbase[g])
+            base = int(self.gbase[g])
             ids = None
-            if track[g] and jobs.gpus[j] > 0 and jobs.gpu_milli[j] == WHOLE_GPU_MILLI:
+            if self.track[g] and jobs.gpus[jg] > 0 and jobs.gpu_milli[jg] == WHOLE_GPU_MILLI:
                 ids = tuple(
-                    tuple(b for b in range(int(gG[g])) if (mask >> b) & 1)
+                    tuple(b for b in range(int(self.gG[g])) if (mask >> b) & 1)
                     for mask in p_mask[p0 : p0 + k].tolist()
                 )
-            allocs[j] = (
+            allocs[jg] = (
                 g,
                 tuple((p_node[p0 : p0 + k] - base).tolist()),
                 tuple(p_w[p0 : p0 + k].tolist()),
                 ids,
                 int(job_frac[j]),
             )
-        sim.allocations = allocs
-    mask = np.zeros(n, dtype=bool)
-    a_, b_ = metric_range or (lo, hi)
-    mask[a_:b_] = True
-    return SimResult(
-        jobs=jobs,
-        start=start,
-        end=end,
-        capacity_gpus=w.spec.total_gpus,
-        timeline_t=tl_t,
-        timeline_busy=tl_busy,
-        timeline_queued=tl_q,
-        metric_mask=mask,
-        nodes_used=nodes_used,
-        policy=policy.describe(),
-        placement=sim.placer.name,
-        backfill=cfg.backfill,
-        wall_seconds=time.perf_counter() - wall0,
-        cycles=cycles,
-        placer_stats={},
-    )
+        return allocs
+
+
+class _GroupFree:
+    """One node group's free resources as ``GroupState`` names them, viewing the compiled
+    core's per-node arrays (they change in place as the loop runs)."""
+
+    def __init__(self, run: _Prepared, g: int) -> None:
+        W, C, M, MF = run.out[12]
+        a = int(run.gbase[g])
+        self.n = int(run.sim.w.spec.node_groups[g].count)
+        self.whole = W[a : a + self.n]
+        self.cpu = C[a : a + self.n]
+        self.mem = M[a : a + self.n]
+        self.maxfrac = MF[a : a + self.n] if run.track[g] else None
+
+
+class _GroupOf(Mapping[int, "_GroupOf.Alloc"]):
+    """The running jobs' allocations as a policy reads them in ``on_start``: their group."""
+
+    class Alloc:
+        __slots__ = ("group",)
+
+        def __init__(self, group: int) -> None:
+            self.group = group
+
+    def __init__(self, job_group: np.ndarray, lo: int) -> None:
+        self._group = job_group  # of jobs lo, lo + 1, ...
+        self._lo = lo
+
+    def __getitem__(self, j: int) -> _GroupOf.Alloc:
+        k = j - self._lo
+        if not 0 <= k < len(self._group) or self._group[k] < 0:
+            raise KeyError(j)
+        return _GroupOf.Alloc(int(self._group[k]))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((np.flatnonzero(self._group >= 0) + self._lo).tolist())
+
+    def __len__(self) -> int:
+        return int((self._group >= 0).sum())
+
+
+class _Running:
+    """The running jobs as ``shared.features.sim_views.RunningJobs`` gives them (job, group,
+    estimated end, sorted by estimated end, ties by start), kept by the compiled core."""
+
+    def __init__(self, ext: tuple[np.ndarray, ...]) -> None:
+        self._count = ext[1]
+        self._job, self._group, self._end = ext[5], ext[6], ext[7]
+
+    def __len__(self) -> int:
+        return int(self._count[2])
+
+    def buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The arrays behind ``jobs``, ``group`` and ``est_end`` and the count in use."""
+        return self._job, self._group, self._end, int(self._count[2])
+
+    @property
+    def jobs(self) -> np.ndarray:
+        return self._job[: self._count[2]]
+
+    @property
+    def group(self) -> np.ndarray:
+        return self._group[: self._count[2]]
+
+    @property
+    def est_end(self) -> np.ndarray:
+        return self._end[: self._count[2]]
+
+
+class CompiledState:
+    """What an external policy sees of the compiled core's cluster: ``groups`` (free whole GPUs,
+    milli-CPUs, MiB and largest free GPU share per node), ``running`` (the running jobs, see
+    ``_Running``), both live, and ``allocs`` (each started job's group). The policies that
+    declare ``Policy.external_compiled`` read nothing else."""
+
+    def __init__(self, run: _Prepared) -> None:
+        self.running = _Running(run.ext)
+        self.groups = [_GroupFree(run, g) for g in range(len(run.gbase))]
+        self.allocs = _GroupOf(run.out[3], run.lo)
