@@ -34,6 +34,7 @@ clusters and queues, ``tests/features/test_fast_ways.py`` in every mode along si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,7 +53,7 @@ from shared.features.ways import _unique_inverse, distinct_requests, ways_on_emp
 if TYPE_CHECKING:
     from shared.features.sim_views import SimViewBuilder
 
-__all__ = ["Observation", "WorkloadFeaturizer"]
+__all__ = ["FinishArgs", "Observation", "WorkloadFeaturizer"]
 
 _DEFAULT = FeatureConfig()
 
@@ -97,6 +98,8 @@ class Observation:
 #: ``WorkloadFeaturizer._finish_plan``: observation and critic columns, whether the wait's
 #: ``log1p`` and ``demand_supply``'s products are needed, job and cluster columns left to numpy
 _FinishPlan = tuple[IntArray, IntArray, bool, bool, tuple[int, ...], tuple[int, ...]]
+#: ``finish_kernel``'s arguments before its outputs (``WorkloadFeaturizer.prepare_finish``)
+FinishArgs = tuple[FloatArray, IntArray, FloatArray, float, FloatArray, FloatArray, IntArray]
 
 
 class _Decision:
@@ -282,7 +285,7 @@ class WorkloadFeaturizer:
         self._est_f = np.ascontiguousarray(est, dtype=np.float64)
         self._clus = np.zeros(len(CLUSTER_FEATURES))  # a decision's cluster values (scratch)
         self._select_config: object = None  # ``_select``: the config its selections are for
-        self._selections: dict[tuple[float, float], Selection] = {}
+        self._selections: dict[tuple[float, float], tuple[Selection, _FinishPlan]] = {}
         #: per selection (observation, critic): ``_finish_plan``
         self._finish: dict[tuple[tuple[int, ...], tuple[int, ...]], _FinishPlan] = {}
         self._buffers = (
@@ -291,8 +294,24 @@ class WorkloadFeaturizer:
             np.empty(0),
             np.empty((0, self.n_groups)),
         )
+        self._scratch_views: dict[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray]] = {}
         #: observe with the compiled kernel (False: the numpy expressions, for comparisons)
         self.compiled = True
+        #: ``observe_kernel``'s per-workload arguments after ``skip_blocked`` (``static_t`` to
+        #: ``elig``), also for callers that run the kernel inside their own compiled call
+        #: (``sim_observe.SimObserver``)
+        self.kernel_inputs = (
+            self._static_t,
+            self._static_cols,
+            self._submit_f,
+            self._est_f,
+            self._demand_f,
+            self._pool_cap,
+            self._pool_nodes,
+            self._log_ways_empty,
+            self._log1p_int,
+            self._elig,
+        )
 
         # jobs with the same request and the same eligible groups get the same placement counts:
         # a decision sums over groups once per such kind, not once per job
@@ -455,16 +474,7 @@ class WorkloadFeaturizer:
             self._job_kind,
             direct,
             skip_blocked,
-            self._static_t,
-            self._static_cols,
-            self._submit_f,
-            self._est_f,
-            self._demand_f,
-            self._pool_cap,
-            self._pool_nodes,
-            self._log_ways_empty,
-            self._log1p_int,
-            self._elig,
+            *self.kernel_inputs,
             cluster.free_by_group,
             cluster.partial_free_by_group,
             self._total_cap,
@@ -486,41 +496,83 @@ class WorkloadFeaturizer:
         )
         if multi < 0:
             return None
-        selection = self._select(sampler, float(clus[_FRAGMENTATION]), multi / q if q else 0.0)
-        plan = self._finish.get((selection.observation, selection.critic))
-        if plan is None:
-            plan = self._finish_plan(selection)
+        return self.finish_observation(idx, now, multi, can_now, sampler, lambda: cluster)
+
+    def finish_observation(
+        self,
+        idx: IntArray,
+        now: float,
+        multi: int,
+        can_now: BoolArray,
+        sampler: FeatureSampler,
+        cluster: Callable[[], ClusterView],
+    ) -> Observation:
+        """The observation after ``observe_kernel`` wrote the scratch buffers (``_scratch(len(idx))``)
+        and returned ``multi`` (>= 0): ``prepare_finish``, then ``finish_kernel``."""
+        selection, finish = self.prepare_finish(idx, now, multi, sampler, cluster)
+        obs = np.empty((len(idx), len(finish[1])), dtype=np.float32)
+        critic = np.empty(len(finish[6]), dtype=np.float32)
+        finish_kernel(*finish, obs, critic)
+        return Observation(obs, critic, selection, can_now)
+
+    def prepare_finish(
+        self,
+        idx: IntArray,
+        now: float,
+        multi: int,
+        sampler: FeatureSampler,
+        cluster: Callable[[], ClusterView],
+        log1p: bool = True,
+        products: bool = True,
+    ) -> tuple[Selection, FinishArgs]:
+        """The selection, and ``finish_kernel``'s arguments but its outputs, after
+        ``observe_kernel`` wrote the scratch buffers and returned ``multi`` (>= 0): the kernel's
+        columns, the selection's observation columns, numpy's ``log1p`` of the wait (when
+        selected, and ``log1p``; else the wait / unit, for a caller that takes the same
+        ``log1p`` itself), the horizon's ``log1p``, ``demand_supply``'s numpy products (when
+        selected, and ``products``; else the unread scratch, for a caller that makes the same
+        BLAS calls from its operands: ``products_operands``), the cluster values and the critic
+        columns. The rarely selected columns left to numpy (``_job_column``, ``_cluster_value``)
+        are written into the scratch here, from the view ``cluster()``."""
+        q = len(idx)
+        job, wait_scaled, share_q, elig_q = self._scratch(q)
+        clus = self._clus
+        selection, plan = self._select(sampler, float(clus[_FRAGMENTATION]), multi / q if q else 0.0)
         cols, critic_cols, wait, demand_supply, job_numpy, cluster_numpy = plan
         wait_log = pool_demand = wait_scaled
-        if wait:
+        if wait and log1p:
             wait_log = np.log1p(wait_scaled)
-        if demand_supply:  # numpy's products (BLAS: their summation order), operands gathered
+        if demand_supply and products:  # numpy's products (BLAS: their order), operands gathered
             pool_demand = elig_q @ (self._cap_g * (share_q @ elig_q))
         if job_numpy or cluster_numpy:
-            bare = self._bare_decision(idx, now, cluster)  # one released-GPU count
+            bare = self._bare_decision(idx, now, cluster())  # one released-GPU count
             for c in job_numpy:
                 job[:, c] = self._job_column(bare, JOB_FEATURES[c])
             for c in cluster_numpy:
                 clus[c] = self._cluster_value(bare, CLUSTER_FEATURES[c])
-        obs = np.empty((q, len(cols)), dtype=np.float32)
-        critic = np.empty(len(critic_cols), dtype=np.float32)
-        finish_kernel(job, cols, wait_log, self._log_horizon, pool_demand, clus, critic_cols, obs, critic)
-        return Observation(obs, critic, selection, can_now)
+        return selection, (job, cols, wait_log, self._log_horizon, pool_demand, clus, critic_cols)
 
-    def _select(self, sampler: FeatureSampler, fragmentation: float, multi: float) -> Selection:
-        """``sampler.select_state`` of the state signals, kept per signals for the sampler's
-        config (the rule is a pure function of the state and the config; a training run sees a
-        few dozen distinct states; kept for the last config object seen, up to 4,096 states)."""
+    def _select(
+        self, sampler: FeatureSampler, fragmentation: float, multi: float
+    ) -> tuple[Selection, _FinishPlan]:
+        """``sampler.select_state`` of the state signals and its ``_finish_plan``, kept per
+        signals for the sampler's config (the rule is a pure function of the state and the
+        config; a training run sees a few dozen distinct states; kept for the last config object
+        seen, up to 4,096 states)."""
         if sampler.config is not self._select_config:
             self._select_config = sampler.config
             self._selections.clear()
         key = (fragmentation, multi)
-        selection = self._selections.get(key)
-        if selection is None:
+        kept = self._selections.get(key)
+        if kept is None:
             if len(self._selections) >= _SELECTIONS_KEPT:
                 self._selections.clear()
-            selection = self._selections[key] = sampler.select_state(SamplingState(fragmentation, multi))
-        return selection
+            selection = sampler.select_state(SamplingState(fragmentation, multi))
+            plan = self._finish.get((selection.observation, selection.critic))
+            if plan is None:
+                plan = self._finish_plan(selection)
+            kept = self._selections[key] = (selection, plan)
+        return kept
 
     def _finish_plan(self, selection: Selection) -> _FinishPlan:
         """What a selection needs after the kernel (kept per selection): its observation and
@@ -550,10 +602,20 @@ class WorkloadFeaturizer:
         self._finish[(observation, critic)] = plan
         return plan
 
+    def products_operands(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``demand_supply``'s operands for the last decision of ``q`` jobs: the jobs' demand
+        shares and eligible groups (gathered by ``observe_kernel``) and the groups' capacities."""
+        _, _, share, elig = self._scratch(q)
+        return share, elig, self._cap_g
+
     def _scratch(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """Per-decision work arrays for ``q`` jobs (views of buffers kept across decisions: none
         of them is returned): the kernel's columns, wait / unit, and ``demand_supply``'s
-        gathered operands (C-contiguous, as fresh arrays would be)."""
+        gathered operands (C-contiguous, as fresh arrays would be). The views are kept per ``q``
+        (a decision asks twice; four slicings cost more than the look-up)."""
+        views = self._scratch_views.get(q)
+        if views is not None:
+            return views
         if q > len(self._buffers[1]):
             size = max(q, 2 * len(self._buffers[1]))
             self._buffers = (
@@ -562,8 +624,10 @@ class WorkloadFeaturizer:
                 np.empty(size),
                 np.empty((size, self.n_groups)),
             )
+            self._scratch_views.clear()
         job, wait, share, elig = self._buffers
-        return job[:q], wait[:q], share[:q], elig[:q]
+        views = self._scratch_views[q] = (job[:q], wait[:q], share[:q], elig[:q])
+        return views
 
     def _bare_decision(self, idx: IntArray, now: float, cluster: ClusterView) -> _Decision:
         """A ``_Decision`` for the numpy columns that need no kind values."""

@@ -13,10 +13,10 @@ import numpy.typing as npt
 from numba.core.errors import NumbaError
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.features.kernels import running_insert, running_remove
 from shared.features.kernels_view import view_kernel
 from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
 from shared.sim.binding import BoundWorkload
+from shared.sim.compiled.running import running_insert, running_remove
 from shared.sim.state import ClusterState, GroupState
 
 __all__ = ["RunningJobs", "SimViewBuilder"]
@@ -27,8 +27,9 @@ class RunningJobs:
 
     Sorted because the future-availability feature bins sorted ends in O(R) instead of a binary
     search per job. Adding or removing a job finds its slot by binary search and shifts the tail
-    of the three arrays, in one compiled call (``kernels.running_insert``/``running_remove``:
-    ~1 us, where the numpy calls and slice copies took ~8 us, three times per decision).
+    of the three arrays, in one compiled call (``shared.sim.compiled.running``, with which the
+    simulator's compiled core keeps its running jobs in the same layout: ~1 us, where the numpy
+    calls and slice copies took ~8 us, three times per decision).
     """
 
     def __init__(self, capacity: int = 1024) -> None:
@@ -62,6 +63,11 @@ class RunningJobs:
         n = self._n
         running_remove(self._job, self._group, self._end, n, int(job), est_end)
         self._n = n - 1
+
+    def buffers(self) -> tuple[IntArray, IntArray, FloatArray, int]:
+        """The arrays behind ``jobs``, ``group`` and ``est_end`` (valid in their first entries,
+        longer) and that count: what a compiled caller slices itself (``SimObserver``)."""
+        return self._job, self._group, self._end, self._n
 
     @property
     def jobs(self) -> IntArray:

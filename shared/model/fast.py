@@ -17,7 +17,10 @@ rest is a handful of numpy calls:
   BLAS (``sgemm_``, MKL's), each layer is that very call made from a compiled function
   (``_dense``, with the arguments ``addmm`` passes; ``direct_blas`` checks the floats once per
   process) and only the activations go through torch: two torch calls a decision instead of
-  seven, each costing several microseconds inside a training episode.
+  seven, each costing several microseconds inside a training episode. Where torch also exports
+  the MKL ``vmsTanh`` its ``tanh_`` calls (``VMSTANH_``), the whole pass is one compiled call
+  (``_forward``: the layers' BLAS calls and the activations, ``direct_activation`` checking the
+  floats once per process); ``forward_sample`` adds the sample's ranking and the simulator's keys.
 - ``greedy_priorities`` is ``scores_to_priorities`` for one queue: score descending, ties by slot
   (a stable sort of the negated scores, as ``greedy_order``), the first ``top_k`` by score and the
   rest in slot order.
@@ -44,10 +47,14 @@ from shared.model.network import ActorCritic
 
 __all__ = [
     "FastActor",
+    "ForwardArgs",
     "base_head",
+    "forward_sample",
     "greedy_priorities",
+    "gumbel_log",
     "learned_keys",
     "order_priorities",
+    "rank_sampled",
     "sample_order",
     "sample_with_priorities",
 ]
@@ -179,6 +186,28 @@ if _SGEMM is not None:
 _sgemm: Any = types.ExternalFunction("hylo_torch_sgemm", types.void(*([types.voidptr] * 13)))
 
 
+def _torch_vmstanh() -> int | None:
+    """The address of the MKL ``vmsTanh`` (Fortran interface ``VMSTANH_``) that torch's CPU
+    library exports: the call ``torch.tanh_`` makes on a float32 CPU tensor (``at::vml::vtanh``,
+    mode ``VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE``), or None where it exports none."""
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        address: int | None = ctypes.cast(lib.VMSTANH_, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return address
+
+
+_VMSTANH = _torch_vmstanh()
+if _VMSTANH is not None:
+    llvm.add_symbol("hylo_torch_vmstanh", _VMSTANH)
+_vmstanh: Any = types.ExternalFunction("hylo_torch_vmstanh", types.void(*([types.voidptr] * 4)))
+#: ``VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE``, the mode of torch's ``vtanh``
+_VML_MODE = 0x2 | 0x140000 | 0x100
+#: ``_forward``'s activation codes
+_ACTIVATION_CODES = {"tanh": 0, "relu": 1}
+
+
 @njit(cache=True)
 def _dense(
     x: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray, params: np.ndarray, ones: np.ndarray
@@ -228,6 +257,107 @@ def _dense_scores(
     return scores
 
 
+@njit(cache=True)
+def _activate(
+    out: np.ndarray, act: int, count: np.ndarray, mode: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """The activation in place on the C-contiguous ``out`` [n, m]: tanh through torch's MKL call
+    (``count`` [1] int32, written here, and ``mode`` [1] int64: its ``n`` and ``mode``
+    arguments), ReLU as torch's ``clamp_min(0)`` (``max(0, v)`` keeping ``v`` unless ``0 > v``:
+    NaN and -0.0 stay)."""
+    if act == 0:
+        count[0] = out.size
+        _vmstanh(count.ctypes, out.ctypes, out.ctypes, mode.ctypes)
+        return
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            if out[i, j] < 0:
+                out[i, j] = 0.0
+
+
+@njit(cache=True)
+def _forward(
+    x: np.ndarray,
+    weights: tuple[np.ndarray, ...],
+    biases: tuple[np.ndarray, ...],
+    outs: tuple[np.ndarray, ...],
+    act: int,
+    params: np.ndarray,
+    ones: np.ndarray,
+    count: np.ndarray,
+    mode: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The actor's layers on ``x`` [n, F] (C-contiguous float32) in one call: per layer
+    ``_dense`` into the first n rows of its kept output buffer ``outs[k]``, then the activation in
+    place (not after the last layer). Returns the last buffer's first n rows."""
+    n = x.shape[0]
+    h = x[:n]
+    last = len(weights) - 1
+    for k in range(last):
+        out = outs[k][:n]
+        _dense(h, weights[k], biases[k], out, params, ones)
+        _activate(out, act, count, mode)
+        h = out
+    out = outs[last][:n]
+    _dense(h, weights[last], biases[last], out, params, ones)
+    return out
+
+
+@njit(cache=True)
+def _forward_scores(
+    x: np.ndarray,
+    weights: tuple[np.ndarray, ...],
+    biases: tuple[np.ndarray, ...],
+    outs: tuple[np.ndarray, ...],
+    act: int,
+    params: np.ndarray,
+    ones: np.ndarray,
+    count: np.ndarray,
+    mode: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """``_forward``, returning a copy of the scores (the last output's first column)."""
+    out = _forward(x, weights, biases, outs, act, params, ones, count, mode)
+    scores = np.empty(x.shape[0], dtype=np.float32)
+    for i in range(x.shape[0]):
+        scores[i] = out[i, 0]
+    return scores
+
+
+@njit(cache=True)
+def forward_sample(
+    x: np.ndarray,
+    weights: tuple[np.ndarray, ...],
+    biases: tuple[np.ndarray, ...],
+    outs: tuple[np.ndarray, ...],
+    act: int,
+    params: np.ndarray,
+    ones: np.ndarray,
+    count: np.ndarray,
+    mode: np.ndarray,
+    log_e: np.ndarray,
+    width: int,
+    order: np.ndarray,
+    prio: np.ndarray,
+    base_order: np.ndarray,
+    keys: np.ndarray,
+) -> bool:  # pragma: no cover - compiled
+    """One sampled decision after its draws, in one call: the scores (``_forward``), the
+    Gumbel-top-k keys ``-(score - log_e)`` in float64 (``_neg_sub``'s operations), the order and
+    priorities (``_rank_kernel``), then, when ``keys`` is not empty, the simulator's sort keys
+    (``learned_keys`` of ``base_order``). Returns False where ``_rank_kernel`` does (a NaN or a
+    tie at the cut): the caller then ranks the scores with numpy, from the same draws."""
+    out = _forward(x, weights, biases, outs, act, params, ones, count, mode)
+    n = x.shape[0]
+    g = np.empty(n)
+    for i in range(n):
+        g[i] = -(out[i, 0] - log_e[i])
+    if not _rank_kernel(g, width, width < n, order, prio):
+        return False
+    if len(keys):
+        learned_keys(base_order, prio, keys)
+    return True
+
+
 def _gemm_params() -> npt.NDArray[np.int32]:
     """``_dense``'s parameter block: flags "T" and "N" (one byte each in an int32), sizes after."""
     params = np.zeros(8, dtype=np.int32)
@@ -236,6 +366,9 @@ def _gemm_params() -> npt.NDArray[np.int32]:
 
 
 _ONES = np.ones(2, dtype=np.float32)
+#: ``forward_sample``'s "no keys to write"
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_FLOATS = np.zeros(0, dtype=np.float64)
 #: ``direct_blas``'s answers, per tuple of layer shapes
 _DIRECT_OK: dict[tuple[tuple[int, int], ...], bool] = {}
 _CHECK_ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 300)
@@ -268,6 +401,44 @@ def _check_direct(shapes: tuple[tuple[int, int], ...]) -> bool:
     return True
 
 
+#: ``direct_activation``'s answers, per activation
+_ACTIVATION_OK: dict[str, bool] = {}
+
+
+def direct_activation(activation: str) -> bool:
+    """Whether ``_activate`` gives torch's in-place activation's floats (``torch.tanh_`` through
+    its exported MKL call, ``torch.relu_``), checked once per process on arrays of 1-300 rows of
+    8-64 columns, with values around 0, saturating ones, -0.0, infinities and NaN: False where
+    torch exports no ``VMSTANH_`` or ``tanh_`` takes another path; the actor then calls torch's
+    activations between its layers (``FastActor._scores_layers``)."""
+    ok = _ACTIVATION_OK.get(activation)
+    if ok is None:
+        ok = _ACTIVATION_OK[activation] = (
+            activation in _ACTIVATION_CODES
+            and (activation != "tanh" or _VMSTANH is not None)
+            and _check_activation(activation)
+        )
+    return ok
+
+
+def _check_activation(activation: str) -> bool:
+    gen = torch.Generator().manual_seed(54321)
+    special = torch.tensor(
+        [0.0, -0.0, 9.0, -9.0, 1e-8, 1e-30, 88.0, float("inf"), -float("inf"), float("nan")]
+    )
+    count, mode = np.zeros(1, dtype=np.int32), np.array([_VML_MODE], dtype=np.int64)
+    for n in _CHECK_ROWS:
+        for width in (8, 16, 32, 64):
+            x = torch.randn((n, width), generator=gen) * 4.0
+            x.view(-1)[: len(special)] = special[: x.numel()]
+            want = _ACTIVATIONS[activation](x.clone()).numpy()
+            got = x.numpy().copy()
+            _activate(got, _ACTIVATION_CODES[activation], count, mode)
+            if got.tobytes() != want.tobytes():
+                return False
+    return True
+
+
 class FastActor:
     """The actor of an ``ActorCritic`` applied to one decision's real jobs; see the module docstring."""
 
@@ -294,6 +465,16 @@ class FastActor:
         ) or not direct_blas(tuple((w.shape[1], w.shape[0]) for w, _ in self._direct)):
             self._direct = None
         self._params = _gemm_params()
+        #: the whole forward pass in one compiled call (``_forward``): the direct BLAS calls and
+        #: an activation ``_activate`` repeats; its arguments, kept (the buffers' per ``_fused``)
+        self.fused = self._direct is not None and direct_activation(model.config.activation)
+        self._act = _ACTIVATION_CODES.get(model.config.activation, -1)
+        self._weights = tuple(w for w, _ in self._direct or ())
+        self._biases = tuple(b for _, b in self._direct or ())
+        self._count = np.zeros(1, dtype=np.int32)
+        self._mode = np.array([_VML_MODE], dtype=np.int64)
+        self._outs: tuple[F32Array, ...] = ()
+        self._outs_rows = 0
 
     def scores(self, obs: npt.ArrayLike) -> F32Array:
         """Score of every row of ``obs`` ``[n, F_obs]``: ``ActorCritic.scores`` with a full mask.
@@ -311,6 +492,72 @@ class FastActor:
         n = len(x)
         if n == 0 or n > _BUFFERED_ROWS:
             return self._scores_unbuffered(x)
+        forward = self.forward_args(n)
+        if forward is not None:
+            scores: F32Array = _forward_scores(np.ascontiguousarray(x, dtype=np.float32), *forward)
+            return scores
+        return self._scores_layers(x, n)
+
+    def sample(
+        self,
+        obs: F32Array,
+        log_e: npt.NDArray[np.float64],
+        width: int | None,
+        base_order: IntArray | None = None,
+        keys: npt.NDArray[np.float64] | None = None,
+    ) -> tuple[IntArray, IntArray, bool]:
+        """``sample_with_priorities(self.scores(obs), width, rng)`` from the draws ``log_e``
+        (``gumbel_log(rng, n)``): (order, priorities, whether ``keys`` was written). On the fused
+        path one compiled call (``forward_sample``) also writes the simulator's sort keys
+        ``learned_keys(base_order, priorities, keys)`` when both are given; else, or on a tie at
+        the cut, the scores, then ``rank_sampled``'s numpy ranking."""
+        n = len(obs)
+        forward = self.forward_args(n)
+        if forward is not None and obs.dtype == np.float32 and obs.flags.c_contiguous:
+            order = np.empty(n if width is None else min(width, n), dtype=np.int64)
+            prio = np.empty(n, dtype=np.int64)
+            write = base_order is not None and keys is not None
+            if forward_sample(
+                obs,
+                *forward,
+                log_e,
+                len(order),
+                order,
+                prio,
+                _NO_INTS if base_order is None or not write else base_order,
+                _NO_FLOATS if keys is None or not write else keys,
+            ):
+                return order, prio, write
+        order, prio = rank_sampled(self.scores(obs), log_e, width)
+        return order, prio, False
+
+    def forward_args(self, n: int) -> ForwardArgs | None:
+        """``_forward``'s arguments after the input for ``n`` rows (the layers' output buffers:
+        numpy views of this thread's ``_Buffers``), or None off the fused path (not ``fused``, or
+        ``n`` outside 1 .. ``_BUFFERED_ROWS``): what a compiled caller passes on (``_forward``,
+        ``forward_sample``)."""
+        if not self.fused or not 0 < n <= _BUFFERED_ROWS:
+            return None
+        buffers = self._buffers
+        if n > buffers.rows or self._outs_rows != buffers.rows:
+            if n > buffers.rows:
+                buffers.add(n)
+            self._outs = tuple(t.numpy() for t in buffers.full[1:])
+            self._outs_rows = buffers.rows
+        return (
+            self._weights,
+            self._biases,
+            self._outs,
+            self._act,
+            self._params,
+            _ONES,
+            self._count,
+            self._mode,
+        )
+
+    def _scores_layers(self, x: npt.NDArray[np.generic], n: int) -> F32Array:
+        """``scores`` layer by layer: the direct BLAS calls with torch's activations between
+        them, or torch's layers (``_scores_torch``)."""
         bufs = self._buffers.by_rows.get(n)
         if bufs is None:
             bufs = self._buffers.add(n)
@@ -367,6 +614,18 @@ class FastActor:
 _BUFFERED_ROWS = 2048
 
 _Views = tuple[F32Array, list[Tensor], list[F32Array]]
+#: ``FastActor.forward_args``: weights, biases, output buffers, activation code, BLAS parameter
+#: block, alpha and beta, the activation's count and mode
+ForwardArgs = tuple[
+    tuple[F32Array, ...],
+    tuple[F32Array, ...],
+    tuple[F32Array, ...],
+    int,
+    npt.NDArray[np.int32],
+    F32Array,
+    npt.NDArray[np.int32],
+    npt.NDArray[np.int64],
+]
 
 
 class _Buffers:
@@ -484,21 +743,26 @@ def sample_order(scores: npt.ArrayLike, top_k: int | None, rng: np.random.Genera
     return full
 
 
-def sample_with_priorities(
-    scores: npt.ArrayLike, top_k: int | None, rng: np.random.Generator
+def gumbel_log(rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+    """``log(max(E, tiny))`` of ``n`` draws ``E ~ Exp(1)``: the noise of ``sample_order``, with
+    numpy's draws and numpy's ``log`` (the random stream and the floats of ``sample_order``)."""
+    log_e = rng.standard_exponential(n)
+    np.maximum(log_e, _TINY, out=log_e)
+    np.log(log_e, out=log_e)
+    return log_e
+
+
+def rank_sampled(
+    scores: npt.ArrayLike, log_e: npt.NDArray[np.float64], width: int | None
 ) -> tuple[IntArray, IntArray]:
-    """``sample_order`` and ``order_priorities`` of its order, in fewer calls: the same draws and
-    keys (numpy's ``log``), then one compiled stable sort and ranking (``_rank_kernel``); when
-    equal keys would make numpy's partial sort decide (practically never: continuous noise),
-    numpy's own path."""
+    """The Gumbel-top-``width`` order of ``scores`` with the noise ``log_e`` (``gumbel_log``) and
+    its priorities: one compiled stable sort and ranking (``_rank_kernel``); when equal keys would
+    make numpy's partial sort decide (practically never: continuous noise), numpy's own path."""
     s = np.asarray(scores)
     if s.dtype != np.float32:
         s = np.asarray(s, dtype=np.float64)
     n = len(s)
-    width = n if top_k is None else min(top_k, n)
-    log_e = rng.standard_exponential(n)
-    np.maximum(log_e, _TINY, out=log_e)
-    np.log(log_e, out=log_e)  # numpy's log, as sample_order's
+    width = n if width is None else min(width, n)
     order = np.empty(width, dtype=np.int64)
     prio = np.empty(n, dtype=np.int64)
     if _sample_rank_kernel(s, log_e, width, width < n, order, prio):
@@ -510,3 +774,11 @@ def sample_with_priorities(
     else:
         order = np.argsort(keys, kind="stable")
     return order, order_priorities(order, n)
+
+
+def sample_with_priorities(
+    scores: npt.ArrayLike, top_k: int | None, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """``sample_order`` and ``order_priorities`` of its order, in fewer calls: the same draws and
+    keys (``gumbel_log``), then ``rank_sampled``."""
+    return rank_sampled(scores, gumbel_log(rng, len(np.asarray(scores))), top_k)

@@ -32,6 +32,14 @@ module's BLAS call and activation without its batch overhead), ranks and samples
 draws in one compiled call, the slots and the keys in one compiled call each (``base_head``,
 ``learned_keys``): inside an episode every call costs several microseconds, the simulator having
 evicted the policy's code from the caches (docs/training.md, "Speed of a decision").
+On a small cluster (the featurizer's ``all_kinds`` case: the training clusters) a sampled decision
+is two compiled calls and the few numpy calls between them (``_sample``): the cluster view, every
+job kind's values and the queue's columns from the state's node arrays and the running jobs'
+arrays (``SimObserver``, no ``ClusterView`` built), then the selection, ``demand_supply``'s numpy
+products and the noise's draws, then the observation, the forward pass (torch's BLAS and tanh
+called directly), the sample's order and the keys (``finish_and_sample``): about 0.5-0.7 of the
+policy's time per cycle of the separate calls, measured episode by episode in one process. The
+greedy path takes the fused observation and forward pass too.
 ``stage_seconds`` times the stages of a decision for the benchmark.
 The numbers are those of the batch path (``tests/rl/test_rl_fast_policy.py``); with a numpy
 ``Generator`` (what ``EpisodeRunner.run`` passes) sampling draws from numpy's stream, with a torch
@@ -52,14 +60,21 @@ import torch
 from shared.domain.jobs import FloatArray, IntArray
 from shared.features import FeatureConfig, FeatureSampler, RunningJobs, SimViewBuilder
 from shared.features.fast import Observation, WorkloadFeaturizer
+from shared.features.kernels import finish_kernel
+from shared.features.sim_observe import UNSUPPORTED, SimObserver
 from shared.features.views import ClusterView
 from shared.model import ActorCritic, order_to_priorities, sample_order
-from shared.model.fast import FastActor, base_head, greedy_priorities, learned_keys, sample_with_priorities
+from shared.model.fast import FastActor, base_head, greedy_priorities, gumbel_log, learned_keys
 from shared.policies.base import Policy, PolicyContext
+from shared.rl.fused import blas_matches_numpy, finish_and_sample, libm_matches_numpy
 from shared.sim.binding import BoundWorkload
 from shared.sim.state import Alloc, ClusterState
 
 Mode = Literal["sample", "greedy"]
+
+#: ``finish_and_sample``'s "no keys to write"
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_FLOATS = np.zeros(0, dtype=np.float64)
 
 
 @dataclass
@@ -87,6 +102,7 @@ class DecisionLog:
 _VERSIONS = itertools.count(1)
 
 _FEATURIZERS: list[tuple[BoundWorkload, np.ndarray, FeatureConfig, SimViewBuilder, WorkloadFeaturizer]] = []
+_OBSERVERS: list[SimObserver] = []
 
 
 def _views(
@@ -109,6 +125,18 @@ def _views(
     return builder, fz
 
 
+def _observer(builder: SimViewBuilder, featurizer: WorkloadFeaturizer) -> SimObserver:
+    """The ``SimObserver`` of a view builder and featurizer, built once for every episode over
+    them (its buffers are per cluster and workload)."""
+    for observer in _OBSERVERS:
+        if observer.builder is builder and observer.featurizer is featurizer:
+            return observer
+    observer = SimObserver(builder, featurizer)
+    _OBSERVERS.insert(0, observer)
+    del _OBSERVERS[4:]
+    return observer
+
+
 #: a hook that replaces the model (the Gymnasium env): (obs [n, F], critic [F_crit], now) -> priorities [n]
 Controller = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
 
@@ -119,6 +147,10 @@ class LearnedPolicy(Policy):
     name = "learned"
     dynamic = True
     tracks_jobs = True
+    #: the simulator's compiled core runs it, asking ``keys`` at each cycle that orders the queue
+    #: (``shared.sim.compiled.run.run_external``): it reads only the state's free node arrays and
+    #: its ``running`` jobs, kept by the core in ``RunningJobs``' layout
+    external_compiled = True
 
     def __init__(
         self,
@@ -176,23 +208,59 @@ class LearnedPolicy(Policy):
         self.base.attach(state, allocs)
         self.state = state
         self.allocs = allocs
-        self.running = RunningJobs()
+        # the compiled core keeps the running jobs itself (``CompiledState.running``), in the
+        # layout ``RunningJobs`` keeps them: starts and ends need not be told one by one
+        shared = getattr(state, "running", None)
+        self._own_running = shared is None
+        self.running = RunningJobs() if shared is None else shared
         self.log = DecisionLog()
+        # here, not in ``bind``: the featurizer may have been replaced since
+        self.observer = _observer(self.builder, self.featurizer)
+        #: sampled decisions through ``_sample`` (numpy's draws, the fused forward pass, a
+        #: featurizer that ``SimObserver`` takes)
+        self._libm = libm_matches_numpy()
+        self._blas = blas_matches_numpy()
+        self._fused = (
+            self.mode == "sample"
+            and self.controller is None
+            and isinstance(self.generator, np.random.Generator)
+            and self.actor is not None
+            and self.actor.fused
+            and self.observer.usable
+        )
         self.touch()
 
     def touch(self) -> None:
         """The free state changed: a new version, so no cached view or placement count is reused."""
         self.version = next(_VERSIONS)
 
+    def external_hints(self) -> tuple[float, FloatArray | None]:
+        """Before the scored window, and for a queue of one job, the keys are the base policy's
+        with no side effect: a base policy with static keys lets the compiled core order those
+        cycles itself."""
+        base = self.base
+        if base.dynamic or base.tracks_jobs:
+            return -np.inf, None
+        all_jobs = np.arange(len(self.ctx.workload.jobs))
+        return self.warm_until, np.asarray(base.keys(all_jobs, 0.0), dtype=np.float64)
+
+    def external_changed(self, n_events: int) -> bool:
+        """Jobs started or ended since the last decision: a new state version; the starts and
+        ends themselves only for a base policy that tracks jobs (the running jobs are the core's)."""
+        self.touch()
+        return self.base.tracks_jobs
+
     def on_start(self, j: int, now: float) -> None:
         self.version = next(_VERSIONS)
-        self.running.add(j, self.allocs[j].group, now + float(self.est[j]))
+        if self._own_running:
+            self.running.add(j, self.allocs[j].group, now + float(self.est[j]))
         if self.base.tracks_jobs:
             self.base.on_start(j, now)
 
     def on_end(self, j: int, now: float) -> None:
         self.version = next(_VERSIONS)
-        self.running.remove(j)
+        if self._own_running:
+            self.running.remove(j)
         if self.base.tracks_jobs:
             self.base.on_end(j, now)
 
@@ -215,14 +283,17 @@ class LearnedPolicy(Policy):
         if not base_head(idx, base_keys, base_order, head):
             base_order = base_keys.argsort(kind="stable")
             head = idx[base_order[: len(head)]]
-        priorities = self._decide(head, now, may_skip=len(head) == n)
-        if priorities is None:
+        # the slots' keys are -priorities (<= -1), the rest follow in base order (0, 1, ...): a
+        # sampled decision's last compiled call writes them (``_sample``), else ``learned_keys``
+        keys = np.empty(n, dtype=np.float64)
+        decided = self._decide(head, now, len(head) == n, base_order, keys)
+        if decided is None:
             self.skipped += 1
             self.seconds += time.perf_counter() - t0
             return base_keys  # nothing can start whatever the order: the model is not asked
-        # the slots' keys are -priorities (<= -1), the rest follow in base order (0, 1, ...)
-        keys = np.empty(n, dtype=np.float64)
-        learned_keys(base_order, np.asarray(priorities, dtype=np.int64), keys)
+        priorities, written = decided
+        if not written:
+            learned_keys(base_order, np.asarray(priorities, dtype=np.int64), keys)
         self.seconds += time.perf_counter() - t0
         return keys
 
@@ -245,69 +316,182 @@ class LearnedPolicy(Policy):
 
     def prioritize(self, jobs: IntArray, now: float) -> np.ndarray:
         """Integer priorities (higher first) of the slots ``jobs``, from the model or the controller."""
-        priorities = self._decide(jobs, now, may_skip=False)
-        assert priorities is not None
-        return priorities
+        decided = self._decide(jobs, now, False)
+        assert decided is not None
+        return decided[0]
 
-    def _decide(self, jobs: IntArray, now: float, may_skip: bool) -> np.ndarray | None:
-        """Priorities of the slots ``jobs``; None when ``may_skip`` and no job can start now."""
-        stages = self.stage_seconds
-        if stages is not None:
-            return self._decide_timed(jobs, now, may_skip, stages)
-        o = self.featurizer.observe_unless_blocked(
-            jobs, now, self.cluster_view(), self.sampler, self.version, may_skip and self.skip_blocked
-        )
-        if o is None:
-            return None  # blocked: no order changes what this cycle starts
-        if self.controller is not None:
-            return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64)
-        return self._order(o, jobs, now, self._scores(o))
-
-    def _decide_timed(
-        self, jobs: IntArray, now: float, may_skip: bool, stages: dict[str, float]
-    ) -> np.ndarray | None:
-        """``_decide``, adding each stage's wall time to ``stages``."""
+    def _observe(
+        self, jobs: IntArray, now: float, skip: bool, stages: dict[str, float] | None = None
+    ) -> Observation | None:
+        """The observation of the slots ``jobs`` (None when ``skip`` and no job fits now): in one
+        compiled call from the state and the running jobs where the featurizer allows it
+        (``SimObserver``), else from the cluster view. With ``stages``, the view's build time is
+        moved from "features" (where the caller adds this call's) to "view"."""
+        if self.observer.usable:
+            o = self.observer.observe(
+                self.state.groups,
+                self.running,
+                jobs,
+                now,
+                self.sampler,
+                self.version,
+                skip,
+                self.cluster_view,
+            )
+            if o is not UNSUPPORTED:
+                return o
         t0 = time.perf_counter()
         view = self.cluster_view()
-        t1 = time.perf_counter()
-        o = self.featurizer.observe_unless_blocked(
-            jobs, now, view, self.sampler, self.version, may_skip and self.skip_blocked
-        )
-        t2 = time.perf_counter()
-        stages["view"] = stages.get("view", 0.0) + t1 - t0
-        stages["features"] = stages.get("features", 0.0) + t2 - t1
+        if stages is not None:
+            built = time.perf_counter() - t0
+            stages["view"] = stages.get("view", 0.0) + built
+            stages["features"] = stages.get("features", 0.0) - built
+        return self.featurizer.observe_unless_blocked(jobs, now, view, self.sampler, self.version, skip)
+
+    def _decide(
+        self,
+        jobs: IntArray,
+        now: float,
+        may_skip: bool,
+        base_order: IntArray | None = None,
+        keys: FloatArray | None = None,
+    ) -> tuple[np.ndarray, bool] | None:
+        """Priorities of the slots ``jobs``, and whether the simulator's sort ``keys`` of
+        ``base_order`` were written too; None when ``may_skip`` and no job can start now.
+
+        A sample with a numpy generator on a featurizer ``SimObserver`` takes is two compiled
+        calls and the numpy calls between them (``_sample``); otherwise the observation
+        (``_observe``), then the order (``_order``). With ``stage_seconds``, adds the stages' wall
+        times: "features" (the observation; "view" apart when a view is built), "forward" and
+        "order" (see ``_sample`` and ``_order``)."""
+        stages = self.stage_seconds
+        t0 = time.perf_counter()
+        skip = may_skip and self.skip_blocked
+        if self._fused and self.observer.usable:
+            got = self.observer.columns(
+                self.state.groups, self.running, jobs, now, self.sampler, self.version, skip
+            )
+            if got is None:
+                if stages is not None:
+                    stages["features"] = stages.get("features", 0.0) + time.perf_counter() - t0
+                return None  # blocked: no order changes what this cycle starts
+            if got is not UNSUPPORTED:
+                return self._sample(jobs, now, got[0], base_order, keys, t0)
+        o = self._observe(jobs, now, skip, stages)
+        if stages is not None:
+            stages["features"] = stages.get("features", 0.0) + time.perf_counter() - t0
         if o is None:
             return None
         if self.controller is not None:
-            return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64)
-        scores = self._scores(o)
+            return np.asarray(self.controller(o.obs, o.critic, now), dtype=np.int64), False
+        return self._order(o, jobs, now, base_order, keys)
+
+    def _sample(
+        self,
+        jobs: IntArray,
+        now: float,
+        multi: int,
+        base_order: IntArray | None,
+        keys: FloatArray | None,
+        t0: float,
+    ) -> tuple[np.ndarray, bool]:
+        """A sampled decision after ``SimObserver.columns`` (begun at ``t0``): the selection and
+        the numpy columns (``WorkloadFeaturizer.prepare_finish``), the noise's draws, then one
+        call for the observation, the scores, the order, the priorities and the keys
+        (``finish_and_sample``; with the wait's ``log1p``, the noise's ``log`` and
+        ``demand_supply``'s BLAS products where its calls give numpy's floats:
+        ``libm_matches_numpy``, ``blas_matches_numpy``; else numpy's before it), and the record.
+        Stages: "features" to the draws, "order" the draws and the record, "forward" the call."""
+        actor, model, gen = self.actor, self.model, self.generator
+        assert actor is not None and model is not None and isinstance(gen, np.random.Generator)
+        q = len(jobs)
+        forward = actor.forward_args(q)
+        # the wait's log1p, the noise's log and demand_supply's products in the last call where
+        # its calls give numpy's floats
+        libm = forward is not None and self._libm
+        blas = forward is not None and self._blas and q >= 2
+        fz = self.featurizer
+        _, finish = fz.prepare_finish(jobs, now, multi, self.sampler, self.cluster_view, not libm, not blas)
+        obs = np.empty((q, len(finish[1])), dtype=np.float32)
+        critic = np.empty(len(finish[6]), dtype=np.float32)
+        t1 = time.perf_counter()
+        noise = gen.standard_exponential(q) if libm else gumbel_log(gen, q)
+        top_k = model.config.top_k
+        width = q if top_k is None else min(top_k, q)
+        order = np.empty(width, dtype=np.int64)
+        priorities = np.empty(q, dtype=np.int64)
+        t2 = time.perf_counter()
+        written = base_order is not None and keys is not None
+        if forward is None:
+            finish_kernel(*finish, obs, critic)
+            order, priorities, written = actor.sample(obs, noise, width, base_order, keys)
+        elif not finish_and_sample(
+            finish,
+            blas,
+            *fz.products_operands(q),
+            libm,
+            obs,
+            critic,
+            forward,
+            noise,
+            libm,
+            width,
+            order,
+            priorities,
+            base_order if base_order is not None and written else _NO_INTS,
+            keys if keys is not None and written else _NO_FLOATS,
+        ):  # a NaN or a tie at the cut: the observation and the noise's log are written
+            order, priorities, written = actor.sample(obs, noise, width, base_order, keys)
         t3 = time.perf_counter()
-        out = self._order(o, jobs, now, scores)
-        stages["forward"] = stages.get("forward", 0.0) + t3 - t2
-        stages["order"] = stages.get("order", 0.0) + time.perf_counter() - t3
-        return out
+        if self.record:
+            self.log.decisions.append(Decision(obs, critic, order, now))
+        stages = self.stage_seconds
+        if stages is not None:
+            stages["features"] = stages.get("features", 0.0) + t1 - t0
+            stages["forward"] = stages.get("forward", 0.0) + t3 - t2
+            stages["order"] = stages.get("order", 0.0) + t2 - t1 + time.perf_counter() - t3
+        return priorities, written
 
-    def _scores(self, o: Observation) -> np.ndarray | None:
-        """The fast actor's scores, unless the order is sampled with torch (which scores itself)."""
-        if self.actor is None or (
-            self.mode == "sample" and not isinstance(self.generator, np.random.Generator)
-        ):
-            return None
-        return self.actor.scores(o.obs)
-
-    def _order(self, o: Observation, jobs: IntArray, now: float, scores: np.ndarray | None) -> np.ndarray:
-        """Priorities from the actor's ``scores`` of the observation: greedy, or a sample (recorded)."""
+    def _order(
+        self,
+        o: Observation,
+        jobs: IntArray,
+        now: float,
+        base_order: IntArray | None,
+        keys: FloatArray | None,
+    ) -> tuple[np.ndarray, bool]:
+        """Priorities of the observation's slots: greedy, or a sample (recorded); and whether the
+        sort ``keys`` of ``base_order`` were written. A sample with a numpy generator is the
+        noise's draws (``gumbel_log``), then one call for the scores, the order, the priorities
+        and the keys (``FastActor.sample``). With ``stage_seconds``, adds the wall times of the
+        forward pass ("forward": for a sample, that one call, ranking and keys included) and of
+        the rest ("order": greedy ranking, or the draws and the record)."""
         assert self.model is not None
+        stages = self.stage_seconds
         top_k = self.model.config.top_k
         gen = self.generator
-        if scores is not None:
-            if self.mode == "greedy":
-                return greedy_priorities(scores, top_k)
-            assert isinstance(gen, np.random.Generator)
-            order, priorities = sample_with_priorities(scores, top_k, gen)
+        actor = self.actor
+        if actor is not None and isinstance(gen, np.random.Generator) and self.mode == "sample":
+            t0 = time.perf_counter()
+            log_e = gumbel_log(gen, len(jobs))
+            t1 = time.perf_counter()
+            order, priorities, written = actor.sample(o.obs, log_e, top_k, base_order, keys)
+            t2 = time.perf_counter()
             if self.record:
                 self.log.decisions.append(Decision(o.obs, o.critic, order, now))
-            return priorities
+            if stages is not None:
+                stages["forward"] = stages.get("forward", 0.0) + t2 - t1
+                stages["order"] = stages.get("order", 0.0) + t1 - t0 + time.perf_counter() - t2
+            return priorities, written
+        if actor is not None and self.mode == "greedy":
+            t0 = time.perf_counter()
+            scores = actor.scores(o.obs)
+            t1 = time.perf_counter()
+            priorities = greedy_priorities(scores, top_k)
+            if stages is not None:
+                stages["forward"] = stages.get("forward", 0.0) + t1 - t0
+                stages["order"] = stages.get("order", 0.0) + time.perf_counter() - t1
+            return priorities, False
         # a torch generator (or torch's global one): the batch path, as before
         assert not isinstance(gen, np.random.Generator)
         obs_t = torch.from_numpy(o.obs).unsqueeze(0)
@@ -318,4 +502,4 @@ class LearnedPolicy(Policy):
             order_t = sample_order(self.model.scores(obs_t, mask), mask, top_k, gen)
         if self.record:
             self.log.decisions.append(Decision(o.obs, o.critic, order_t[0].numpy().copy(), now))
-        return order_to_priorities(order_t, mask)[0].numpy()
+        return order_to_priorities(order_t, mask)[0].numpy(), False

@@ -16,7 +16,22 @@ import pytest
 import torch
 
 from shared.model import ActorCritic, ModelConfig, order_to_priorities, scores_to_priorities
-from shared.model.fast import FastActor, direct_blas, greedy_priorities, order_priorities, sample_order
+from shared.model.fast import (
+    _ACTIVATION_CODES,
+    _ACTIVATIONS,
+    _VML_MODE,
+    FastActor,
+    _activate,
+    direct_activation,
+    direct_blas,
+    greedy_priorities,
+    gumbel_log,
+    learned_keys,
+    order_priorities,
+    rank_sampled,
+    sample_order,
+    sample_with_priorities,
+)
 
 
 def _model(activation: str, seed: int) -> ActorCritic:
@@ -29,8 +44,15 @@ def _model(activation: str, seed: int) -> ActorCritic:
 
 
 def _actor(model: ActorCritic, path: str) -> FastActor:
-    """The actor on its direct BLAS path (torch's ``sgemm_`` called from ``_dense``) or torch's."""
+    """The actor on its fused path (``_forward``: the direct BLAS calls and ``_activate``, one
+    compiled call), its direct BLAS path (torch's ``sgemm_`` called from ``_dense``, torch's
+    activations) or torch's."""
     actor = FastActor(model)
+    if path == "fused":
+        if not actor.fused:
+            pytest.skip("torch exports no sgemm_ or VMSTANH_ giving its floats here")
+        return actor
+    actor.fused = False
     if path == "direct":
         if not direct_blas():
             pytest.skip("torch exports no sgemm_ giving addmm's floats here")
@@ -40,7 +62,7 @@ def _actor(model: ActorCritic, path: str) -> FastActor:
     return actor
 
 
-@pytest.mark.parametrize("path", ["direct", "torch"])
+@pytest.mark.parametrize("path", ["fused", "direct", "torch"])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 def test_fast_scores_are_the_modules_floats(activation: str, path: str) -> None:
     model = _model(activation, seed=1)
@@ -56,7 +78,7 @@ def test_fast_scores_are_the_modules_floats(activation: str, path: str) -> None:
             assert np.array_equal(actor.scores(x), expected.numpy())
 
 
-@pytest.mark.parametrize("path", ["direct", "torch"])
+@pytest.mark.parametrize("path", ["fused", "direct", "torch"])
 def test_fast_actor_sees_weights_loaded_in_place(path: str) -> None:
     model = _model("tanh", seed=1)
     actor = _actor(model, path)
@@ -140,8 +162,59 @@ def test_direct_path_on_other_layer_shapes() -> None:
     obs = np.random.default_rng(3).random((23, 8)).astype(np.float32)
     with torch.no_grad():
         expected = model.scores(torch.from_numpy(obs)[None], torch.ones(1, 23, dtype=torch.bool))[0]
-    for path in ("direct", "torch"):
+    for path in ("fused", "direct", "torch"):
         actor = FastActor(model)
+        if path != "fused":
+            actor.fused = False
         if path == "torch":
             actor._direct = None
         assert np.array_equal(actor.scores(obs), expected.numpy())
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_activation_is_torchs_in_place_one(activation: str) -> None:
+    """``_activate`` against ``torch.tanh_``/``torch.relu_``, on other values than
+    ``direct_activation``'s check: wide ranges, -0.0, infinities, NaN, subnormals."""
+    if not direct_activation(activation):
+        pytest.skip("torch's activation takes another path here")
+    rng = np.random.default_rng(8)
+    count, mode = np.zeros(1, dtype=np.int32), np.array([_VML_MODE], dtype=np.int64)
+    for n in (1, 7, 8, 9, 33, 500):
+        x = (rng.standard_normal((n, 16)) * rng.choice([1e-3, 1.0, 10.0, 1e4], (n, 16))).astype(np.float32)
+        x.flat[:6] = np.array([-0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40], dtype=np.float32)[: x.size]
+        want = _ACTIVATIONS[activation](torch.from_numpy(x.copy())).numpy()
+        got = x.copy()
+        _activate(got, _ACTIVATION_CODES[activation], count, mode)
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("path", ["fused", "direct"])
+@pytest.mark.parametrize("top_k", [None, 1, 4, 16])
+def test_sample_is_sample_with_priorities_and_writes_the_keys(path: str, top_k: int | None) -> None:
+    """``FastActor.sample`` from ``gumbel_log``'s draws: ``sample_with_priorities`` of the
+    module's scores with the same generator state, and (fused path) ``learned_keys`` of its
+    priorities; ties at the cut (saturated scores, equal draws) go to numpy's ranking."""
+    model = _model("tanh", seed=4)
+    actor = _actor(model, path)
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 3, 5, 17, 64, 300):
+        obs = rng.random((n, 8)).astype(np.float32)
+        with torch.no_grad():
+            scores = model.scores(torch.from_numpy(obs)[None], torch.ones(1, n, dtype=torch.bool))[0].numpy()
+        for seed in range(3):
+            want_order, want_prio = sample_with_priorities(scores, top_k, np.random.default_rng(seed))
+            log_e = gumbel_log(np.random.default_rng(seed), n)
+            base_order = rng.permutation(n + 4).astype(np.int64)
+            keys = np.full(n + 4, np.nan)
+            order, prio, written = actor.sample(obs, log_e, top_k, base_order, keys)
+            assert np.array_equal(order, want_order) and np.array_equal(prio, want_prio)
+            assert written == (path == "fused")
+            if written:
+                want_keys = np.empty(n + 4)
+                learned_keys(base_order, want_prio, want_keys)
+                assert keys.tobytes() == want_keys.tobytes()
+    tied = np.zeros(10, dtype=np.float64)  # equal draws on equal scores: every key ties
+    zeros = np.zeros((10, 8), dtype=np.float32)
+    order, prio, written = actor.sample(zeros, tied, 3, np.arange(10), np.empty(10))
+    want_order, want_prio = rank_sampled(actor.scores(zeros), tied, 3)  # numpy's partial sort
+    assert not written and np.array_equal(order, want_order) and np.array_equal(prio, want_prio)

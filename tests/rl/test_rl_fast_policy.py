@@ -80,8 +80,15 @@ class _Checked(LearnedPolicy):
 
     checked = 0
 
-    def _decide(self, jobs: np.ndarray, now: float, may_skip: bool) -> np.ndarray | None:
-        out = super()._decide(jobs, now, may_skip)
+    def _decide(
+        self,
+        jobs: np.ndarray,
+        now: float,
+        may_skip: bool,
+        base_order: np.ndarray | None = None,
+        keys: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, bool] | None:
+        decided = super()._decide(jobs, now, may_skip, base_order, keys)
         queue, cluster = self.builder.views(self.state, jobs, self.running)
         values = compute_features(queue, cluster, now, self.feature_config)
         obs, _ = self.sampler.select(values).apply(values)
@@ -90,12 +97,12 @@ class _Checked(LearnedPolicy):
             expected = self.model.priorities(
                 torch.from_numpy(obs.astype(np.float32))[None], torch.ones(1, len(jobs), dtype=torch.bool)
             )[0].numpy()
-        if out is None:
+        if decided is None:
             assert may_skip and not values.column("can_schedule_now").any()
         else:
-            assert np.array_equal(out, expected)
+            assert np.array_equal(decided[0], expected)
             self.checked += 1
-        return out
+        return decided
 
 
 @pytest.fixture(scope="module")

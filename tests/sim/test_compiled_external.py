@@ -40,7 +40,9 @@ class Probe(Policy):
     def __init__(self, seed: int, hint_until: float | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.hint_until = hint_until
-        self.calls: list[tuple[float, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+        self.calls: list[
+            tuple[float, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+        ] = []
 
     def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:
         self.state = state
