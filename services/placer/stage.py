@@ -60,6 +60,7 @@ from pydantic import ValidationError
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
+from shared.placement.kernels import replay_free, warm_up
 from shared.placement.walk import NeedsFallback, WalkState
 from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
@@ -234,12 +235,8 @@ class _Replay:
         self.whole = ent.whole[sel]
         self.weight = base.weight[sel]
         self.milli = ent.milli[sel]
-        self.total_w = np.bincount(self.slot, weights=self.weight, minlength=n)
-        self.total_n = np.bincount(self.slot, minlength=n)
-        self.by_weight = self.total_w > 0
-        self.by_count = ~self.by_weight
-        self.count_div = np.maximum(self.total_n[self.by_count], 1)
-        self.any_job = self.total_n > 0
+        self.total_w = np.asarray(np.bincount(self.slot, weights=self.weight, minlength=n), dtype=np.float64)
+        self.total_n = np.bincount(self.slot, minlength=n).astype(np.int64)
         # the entries are sorted by end (``RunningEntries``), so the jobs ended by t are a prefix;
         # the shares among them, apart, for the largest-share bookkeeping
         shares = np.flatnonzero(self.milli > 0)
@@ -263,7 +260,10 @@ class _Replay:
                     ]
                 ),
             )
-        self.now_whole, self.now_cpu, self.now_mem, self.now_share = free_now
+        # int64 and contiguous, as the compiled replay (``free_at``) reads them
+        self.now_whole, self.now_cpu, self.now_mem, self.now_share = (
+            np.ascontiguousarray(a, dtype=np.int64) for a in free_now
+        )
         # this decision's starts in these groups: one row per (job, node)
         rows = [
             (
@@ -280,7 +280,7 @@ class _Replay:
         ]
         arr = np.array(rows, dtype=np.float64).reshape(len(rows), 6)
         self.s_slot = arr[:, 0].astype(np.int64)
-        self.s_time = arr[:, 1]
+        self.s_time = np.ascontiguousarray(arr[:, 1])
         self.s_res = arr[:, 2:5].astype(np.int64)
         self.s_milli = arr[:, 5].astype(np.int64)
         self.n = n
@@ -291,39 +291,35 @@ class _Replay:
             self.times = t[np.concatenate(([True], t[1:] != t[:-1]))]
 
     def free_at(self, t: float) -> _Free:
-        n = self.n
+        """The free resources at ``t``: one compiled pass (``shared.placement.kernels.replay_free``)."""
         k = int(np.searchsorted(self.time, t, side="right"))  # entries ended by t: a prefix
-        slot = self.slot[:k]
-        rel_n = np.bincount(slot, minlength=n)
-        rel_w = np.bincount(slot, weights=self.weight[:k], minlength=n)
-        rel_whole = np.bincount(slot, weights=self.whole[:k], minlength=n).astype(np.int64)
-        all_done = (rel_n == self.total_n) & self.any_job
-        frac = np.zeros(n)
-        np.divide(rel_w, self.total_w, out=frac, where=self.by_weight)
-        by_count = self.by_count
-        frac[by_count] = rel_n[by_count] / self.count_div
-        used = self.used
-        back_w = np.where(all_done, used[0], np.minimum(rel_whole, used[0]))
-        back_c = np.where(all_done, used[1], np.floor(used[1] * frac).astype(np.int64))
-        back_m = np.where(all_done, used[2], np.floor(used[2] * frac).astype(np.int64))
-        share = self.now_share.copy()
         km = int(np.searchsorted(self.m_time, t, side="right"))
-        if km:
-            np.maximum.at(share, self.m_slot[:km], self.m_milli[:km])
-        mine = self.s_time <= t
-        if mine.any():
-            s_slot = self.s_slot[mine]
-            res = self.s_res[mine]
-            back_w = back_w + np.bincount(s_slot, weights=res[:, 0], minlength=n).astype(np.int64)
-            back_c = back_c + np.bincount(s_slot, weights=res[:, 1], minlength=n).astype(np.int64)
-            back_m = back_m + np.bincount(s_slot, weights=res[:, 2], minlength=n).astype(np.int64)
-            np.maximum.at(share, s_slot, self.s_milli[mine])
-        ok = self.usable
-        whole = np.where(ok, np.minimum(self.cap[0], self.now_whole + back_w), 0)
-        cpu = np.where(ok, np.minimum(self.cap[1], self.now_cpu + back_c), 0)
-        mem = np.where(ok, np.minimum(self.cap[2], self.now_mem + back_m), 0)
-        share = np.where(ok, np.where(whole > 0, self.cap_share, np.minimum(share, self.cap_share)), 0)
-        return _Free(whole, cpu, mem, share)
+        return _Free(
+            *replay_free(
+                t,
+                k,
+                self.slot,
+                self.weight,
+                self.whole,
+                self.total_w,
+                self.total_n,
+                km,
+                self.m_slot,
+                self.m_milli,
+                self.s_time,
+                self.s_slot,
+                self.s_res,
+                self.s_milli,
+                self.used,
+                self.now_whole,
+                self.now_cpu,
+                self.now_mem,
+                self.now_share,
+                self.usable,
+                self.cap,
+                self.cap_share,
+            )
+        )
 
     def drained(self) -> _Free:
         ok = self.usable
@@ -366,6 +362,7 @@ class PlacerStage:
         self.best = BestFit()
         self.limits = limits
         self._context = limits.context()
+        warm_up()  # the walk's compiled scan, compiled or loaded here rather than in a decision
 
     def spec_of(self, cluster: str) -> ClusterSpec:
         spec = self.specs.get(cluster)

@@ -5,25 +5,27 @@ on best-fit's nodes (``shared.sim.placement.BestFit``). On the busy openb cluste
 node groups) a job may run in 11 to 15 groups, and ``BestFit.place`` then costs 40 to 50 us (a numpy
 view per group the reservation caps touch, numpy scalar reads per node tried), and
 ``ClusterState.take`` another 7 us: about 16 ms of a 1,024-job decision. ``WalkState`` keeps its own
-copy of the free resources as Python lists and answers the same question with one early-exit scan:
+copy of the free resources (Python lists, and cluster-wide arrays in slot order) and answers the
+same question at a fraction of the cost:
 
-- a job of whole GPUs on one node: the nodes with exactly ``k`` GPUs free (per group, ascending
-  ids), for ``k`` from the request up, groups in the job's order. The first node with the CPUs and
-  memory and not blocked is the one best-fit picks: least GPUs left, then the earliest group, then
-  the lowest node id (``_whole``'s score and ``_best_in_buckets``' tie-break);
+- a job of whole GPUs on one node: the first node of least GPUs left, then the earliest group,
+  then the lowest node id (``_whole``'s score and ``_best_in_buckets``' tie-break), with the CPUs
+  and memory and not blocked: one compiled pass over the slots of the job's groups
+  (``shared.placement.kernels.least_left``; the groups ascend, so slot order is that order);
 - a GPU share: one sorted list of every partly used GPU of the cluster, ``(free, group, node,
   GPU)``; the first entry with room, in one of the job's groups, on a node with the CPUs and memory
   and not blocked is best-fit's tightest share over all groups (least left, then earliest group,
   as ``_fractional`` compares them). Only when no partly used GPU holds it: the lowest node with a
-  whole GPU free, earliest group first;
-- a CPU-only job: the least free CPUs among fitting nodes, earliest group, lowest id, in one
-  vectorized pass over the cluster's arrays (``_cpu_only_joined``).
+  whole GPU free, earliest group first (the first fitting slot, the same compiled pass);
+- a CPU-only job: the least free CPUs among fitting nodes, earliest group, lowest id, in the same
+  compiled pass (``_cpu_only_joined``).
 
 Reservation caps are *blocked nodes* here (``blocked``: group -> node ids no part of the job may
-touch), which is all the placer service's EASY reservations are (``_blocking_caps``). What this
-does not reproduce falls back to ``BestFit`` itself on the ``ClusterState``, brought up to date
-first (``sync``): gangs (more GPUs than a node of the group has, or any multi-GPU job with
-``node_slack > 0``), groups not in ascending order, shares in groups that do not track them.
+touch; a mapping must not change once passed, its mask is kept), which is all the placer service's
+EASY reservations are (``_blocking_caps``). What this does not reproduce falls back to
+``BestFit`` itself on the ``ClusterState``, brought up to date first (``sync``): gangs (more GPUs
+than a node of the group has, or any multi-GPU job with ``node_slack > 0``), groups not in
+ascending order, shares in groups that do not track them.
 ``tests/placement/test_walk.py`` checks the choices against ``BestFit`` on random states.
 
 The ``ClusterState`` passed in is only written by ``sync`` (each start taken once, in order); a
@@ -32,7 +34,7 @@ caller that reads it after ``take`` must call ``sync`` first.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import pairwise
@@ -41,15 +43,15 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.sim.placement import BIG, BestFit, Caps
+from shared.placement.kernels import least_left
+from shared.sim.placement import BestFit, Caps
 from shared.sim.state import Alloc, ClusterState
 
 __all__ = ["NeedsFallback", "WalkState", "blocking_caps"]
 
 Blocked = Mapping[int, AbstractSet[int]]
-#: nodes (plus buckets) a scan may look at before one vectorized pass is cheaper (~8 us on openb)
-SCAN_BUDGET = 1024
 I64 = npt.NDArray[np.int64]
+_NOTHING_BLOCKED = np.zeros(0, dtype=bool)
 
 
 class NeedsFallback(Exception):
@@ -84,7 +86,6 @@ class WalkState:
         self.cpu: list[list[int]] = [gs.cpu.tolist() for gs in groups]
         self.mem: list[list[int]] = [gs.mem.tolist() for gs in groups]
         self.free_whole = [gs.free_whole for gs in groups]
-        self.bucket: list[list[list[int]]] = [[list(b) for b in gs.bucket] for gs in groups]
         self.gfree: list[list[list[int]] | None] = [
             None if gs.gfree is None else gs.gfree.tolist() for gs in groups
         ]
@@ -113,8 +114,10 @@ class WalkState:
             if groups
             else np.zeros(0, np.int64)
         )
-        self._masks: dict[tuple[int, ...], npt.NDArray[np.bool_]] = {}
         self._ascending: dict[tuple[int, ...], bool] = {}
+        self._group_ranges: dict[tuple[int, ...], tuple[I64, I64]] = {}
+        # blocked-node masks by the identity of their mapping (kept alive beside its mask)
+        self._blocked_masks: dict[int, tuple[Blocked, npt.NDArray[np.bool_]]] = {}
 
     # -- the state --------------------------------------------------------------------------------
 
@@ -182,9 +185,6 @@ class WalkState:
     def _set_whole(self, g: int, i: int, new: int) -> None:
         old = self.whole[g][i]
         if old != new:
-            b = self.bucket[g][old]
-            del b[bisect_left(b, i)]
-            insort(self.bucket[g][new], i)
             self.free_whole[g] += new - old
             self.whole[g][i] = new
             slot = self.offsets[g] + i
@@ -305,40 +305,16 @@ class WalkState:
     def _single(
         self, gpus: int, cpu: int, mem: int, groups: tuple[int, ...], blocked: Blocked | None
     ) -> Alloc | None:
-        """Least GPUs left, then the earliest group, then the lowest node: the first fitting node
-        of the buckets in that order. A scan that runs long (many nodes with the GPUs but not the
-        CPUs or memory, late in a busy walk) is finished by one vectorized pass instead."""
-        G = self.G
-        budget = SCAN_BUDGET
-        for k in range(gpus, self.maxG + 1):
-            for g in groups:
-                if k > G[g]:
-                    continue
-                b = self.bucket[g][k]
-                if not b:
-                    continue
-                budget -= len(b) + 1
-                if budget < 0:
-                    return self._single_vector(gpus, cpu, mem, groups, blocked)
-                cpus, mems = self.cpu[g], self.mem[g]
-                bl = blocked.get(g) if blocked else None
-                for i in b:
-                    if cpus[i] >= cpu and mems[i] >= mem and (bl is None or i not in bl):
-                        return self._whole_alloc(g, i, gpus, cpu, mem)
-        return None
-
-    def _single_vector(
-        self, gpus: int, cpu: int, mem: int, groups: tuple[int, ...], blocked: Blocked | None
-    ) -> Alloc | None:
-        """``_single`` in one pass over the cluster (groups ascending: slot order is group order)."""
-        whole = self.whole_n
-        ok = (whole >= gpus) & (self.cpu_n >= cpu) & (self.mem_n >= mem) & self._mask(groups)
-        self._unblock(ok, blocked)
-        vals = np.where(ok, whole, BIG)
-        p = int(vals.argmin())
-        if vals[p] == BIG:
+        """Least GPUs left, then the earliest group, then the lowest node (groups ascending: slot
+        order is that order): one compiled pass over the slots of the job's groups
+        (``shared.placement.kernels.least_left``)."""
+        starts, ends = self._ranges(groups)
+        p = least_left(
+            self.whole_n, self.cpu_n, self.mem_n, starts, ends, self._blocked_mask(blocked), gpus, cpu, mem
+        )
+        if p < 0:
             return None
-        g = int(np.searchsorted(self.offsets, p, side="right")) - 1
+        g = bisect_right(self.offsets, p) - 1  # the group holding slot p (offsets: a list)
         return self._whole_alloc(g, p - self.offsets[g], gpus, cpu, mem)
 
     def _whole_alloc(self, g: int, i: int, gpus: int, cpu: int, mem: int) -> Alloc:
@@ -347,21 +323,6 @@ class WalkState:
         if rows is not None:
             ids = [[x for x, v in enumerate(rows[i]) if v == WHOLE_GPU_MILLI][:gpus]]
         return Alloc(g, [i], [gpus], [cpu], [mem], ids)
-
-    def _mask(self, groups: tuple[int, ...]) -> npt.NDArray[np.bool_]:
-        mask = self._masks.get(groups)
-        if mask is None:
-            mask = np.zeros(self.offsets[-1], dtype=bool)
-            for g in groups:
-                mask[self.offsets[g] : self.offsets[g + 1]] = True
-            self._masks[groups] = mask
-        return mask
-
-    def _unblock(self, ok: npt.NDArray[np.bool_], blocked: Blocked | None) -> None:
-        if blocked:
-            for g, nodes in blocked.items():
-                if nodes:
-                    ok[[self.offsets[g] + i for i in nodes]] = False
 
     def _share(
         self, milli: int, cpu: int, mem: int, groups: tuple[int, ...], blocked: Blocked | None
@@ -376,33 +337,55 @@ class WalkState:
                 if bl is None or i not in bl:
                     return Alloc(g, [i], [0], [cpu], [mem], None, gpu, milli)
         # no partly used GPU holds it: a fresh GPU, on the lowest fitting node of the first group
-        for g in groups:
-            i = self._lowest_with_free_gpu(g, cpu, mem, blocked.get(g) if blocked else None)
-            if i >= 0:
-                rows = self.gfree[g]
-                assert rows is not None
-                return Alloc(g, [i], [0], [cpu], [mem], None, rows[i].index(WHOLE_GPU_MILLI), milli)
-        return None
-
-    def _lowest_with_free_gpu(self, g: int, cpu: int, mem: int, bl: AbstractSet[int] | None) -> int:
-        cpus, mems = self.cpu[g], self.mem[g]
-        best = -1
-        for k in range(1, self.G[g] + 1):
-            for i in self.bucket[g][k]:
-                if best >= 0 and i >= best:
-                    break
-                if cpus[i] >= cpu and mems[i] >= mem and (bl is None or i not in bl):
-                    best = i
-                    break
-        return best
+        # (groups ascending: the first fitting slot)
+        starts, ends = self._ranges(groups)
+        p = least_left(
+            self.whole_n, self.cpu_n, self.mem_n, starts, ends, self._blocked_mask(blocked), 1, cpu, mem, True
+        )
+        if p < 0:
+            return None
+        g = bisect_right(self.offsets, p) - 1
+        i = p - self.offsets[g]
+        rows = self.gfree[g]
+        assert rows is not None
+        return Alloc(g, [i], [0], [cpu], [mem], None, rows[i].index(WHOLE_GPU_MILLI), milli)
 
     def _cpu_only(self, cpu: int, mem: int, groups: tuple[int, ...], blocked: Blocked | None) -> Alloc | None:
-        cpus = self.cpu_n
-        ok = (cpus >= cpu) & (self.mem_n >= mem) & self._mask(groups)
-        self._unblock(ok, blocked)
-        vals = np.where(ok, cpus, BIG)
-        p = int(vals.argmin())
-        if vals[p] == BIG:
+        """The least free CPUs among fitting nodes, earliest group, lowest id (``least_left``)."""
+        starts, ends = self._ranges(groups)
+        p = least_left(
+            self.whole_n, self.cpu_n, self.mem_n, starts, ends, self._blocked_mask(blocked), 0, cpu, mem
+        )
+        if p < 0:
             return None
-        g = int(np.searchsorted(self.offsets, p, side="right")) - 1
+        g = bisect_right(self.offsets, p) - 1  # the group holding slot p (offsets: a list)
         return Alloc(g, [p - self.offsets[g]], [0], [cpu], [mem])
+
+    def _ranges(self, groups: tuple[int, ...]) -> tuple[I64, I64]:
+        """The first and the end slot of each of ``groups``, as the compiled scan reads them."""
+        found = self._group_ranges.get(groups)
+        if found is None:
+            off = self.offsets
+            found = self._group_ranges[groups] = (
+                np.array([off[g] for g in groups], dtype=np.int64),
+                np.array([off[g + 1] for g in groups], dtype=np.int64),
+            )
+        return found
+
+    def _blocked_mask(self, blocked: Blocked | None) -> npt.NDArray[np.bool_]:
+        """``blocked`` as a mask over the cluster's slots (empty: nothing blocked); kept per mapping,
+        which the placer reuses for every job with the same reservations to respect."""
+        if not blocked:
+            return _NOTHING_BLOCKED
+        kept = self._blocked_masks.get(id(blocked))
+        if kept is not None and kept[0] is blocked:
+            return kept[1]
+        mask = np.zeros(self.offsets[-1], dtype=bool)
+        self._unblock_mask(mask, blocked)
+        self._blocked_masks[id(blocked)] = (blocked, mask)
+        return mask
+
+    def _unblock_mask(self, mask: npt.NDArray[np.bool_], blocked: Blocked) -> None:
+        for g, nodes in blocked.items():
+            if nodes:
+                mask[[self.offsets[g] + i for i in nodes]] = True

@@ -21,9 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: (``RunningJobs.node_index``) and a PriorityVector's matrix by reference (``matrix_ref``). Each
 #: version-3 form (rows of JSON numbers, node names, the matrix nested) is still read, every other
 #: field is the same, so version 3 is still read. Older versions are not: reading them would cost
-#: the fast decoding they were replaced for.
-SCHEMA_VERSION = 4
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4})
+#: the fast decoding they were replaced for. Version 5 sends the columns of numbers of a snapshot's
+#: pending jobs, running jobs and nodes (and of a matrix's jobs) packed (``shared.schemas.numbers``)
+#: and its columns of repeated names (groups, node states, users, partitions, QoS, GPU types)
+#: dictionary-coded (``shared.schemas.coded``); the JSON arrays of version 4 are still read.
+SCHEMA_VERSION = 5
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

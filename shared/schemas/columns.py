@@ -113,7 +113,8 @@ def offsets_of(counts: Sequence[int]) -> list[int]:
 
 def check_flat(owner: str, flat: str, count: str, flat_len: int, counts: Sequence[int]) -> None:
     """A flat column must hold exactly the sum of its per-row counts."""
-    total = sum(counts)
+    array = getattr(counts, "array", None)  # a packed column's (``shared.schemas.numbers``)
+    total = int(array.sum()) if array is not None else sum(counts)
     if total != flat_len:
         raise ValueError(
             f"{owner}.{flat} has {flat_len} entries, expected {total} (the sum of {owner}.{count})"

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
 from shared.sim.state import Alloc, ClusterState, GroupState
@@ -149,9 +150,9 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
         e = np.zeros(0, dtype=np.int64)
         return RunningEntries(np.zeros(0), e, e, e, e, e, e)
     # flat columns: numpy reads them much faster than lists of tuples
-    end = np.fromiter(running.est_end_s, dtype=np.float64, count=n)
-    gpus = np.fromiter(running.gpus, dtype=np.int64, count=n)
-    milli = np.fromiter(running.gpu_milli, dtype=np.int64, count=n)
+    end = column_array(running.est_end_s, np.float64)
+    gpus = column_array(running.gpus, np.int64)
+    milli = column_array(running.gpu_milli, np.int64)
     slot = layout.node_slot[running_node_index(running, layout)]
     n_flat = len(slot)
     if n_flat == n:  # every job on one node (pods): one entry per job, holding all its GPUs
@@ -160,7 +161,7 @@ def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntr
         whole = np.where(frac, 0, gpus)
         share = np.where(frac, milli, 0)
     else:
-        count = np.fromiter(running.node_count, dtype=np.int64, count=n)
+        count = column_array(running.node_count, np.int64)
         job = np.repeat(np.arange(n, dtype=np.int64), count)
         k = np.arange(len(job), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
         frac = (milli < WHOLE_GPU_MILLI)[job]

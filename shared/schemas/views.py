@@ -36,6 +36,7 @@ from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
 from shared.schemas.columns import pick
 from shared.schemas.messages import ExcludedJob
+from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import (
     WHOLE,
     NodeState,
@@ -240,7 +241,7 @@ def running_node_index(running: RunningJobs, layout: NodeLayout) -> IntArray:
     if len(index) != len(running.nodes) and running.nodes:
         position = {name: i for i, name in enumerate(layout.node_names)}
         index = tuple(map(position.__getitem__, running.nodes))
-    return np.fromiter(index, dtype=np.int64, count=len(index))
+    return column_array(index, np.int64)
 
 
 def running_first_index(running: RunningJobs, layout: NodeLayout) -> IntArray:
@@ -249,7 +250,7 @@ def running_first_index(running: RunningJobs, layout: NodeLayout) -> IntArray:
     if len(flat) == len(running.node_count):  # every job on one node (pods)
         return flat
     starts = np.zeros(len(running.node_count), dtype=np.int64)
-    np.cumsum(np.fromiter(running.node_count, dtype=np.int64, count=len(starts))[:-1], out=starts[1:])
+    np.cumsum(column_array(running.node_count, np.int64)[:-1], out=starts[1:])
     return flat[starts]
 
 
@@ -261,10 +262,13 @@ def node_layout(spec: ClusterSpec, nodes: NodeStates) -> NodeLayout:
     """
     shape = _node_shape(spec, nodes)
     caps = shape.caps
-    raw = np.array(
-        [nodes.free_gpus, nodes.free_share_milli, nodes.free_cpus_milli, nodes.free_mem_mib],
-        dtype=np.int64,
-    ).T.reshape(len(nodes), 4)
+    raw = np.stack(
+        [
+            column_array(c, np.int64)
+            for c in (nodes.free_gpus, nodes.free_share_milli, nodes.free_cpus_milli, nodes.free_mem_mib)
+        ],
+        axis=1,
+    ).reshape(len(nodes), 4)
     up = np.array(nodes.state, dtype=object) == "up"
     bad = (raw > caps).any(axis=1) | ((raw[:, 0] > 0) & (raw[:, 1] != WHOLE))
     if bad.any():
@@ -630,12 +634,12 @@ def snapshot_views(
     vc, vc_names = _codes(kept.partition, spec_vcs)
     user, user_names = _codes(kept.user, ())
     queue = QueueView(
-        gpus=np.array(kept.gpus, dtype=np.int64).reshape(len(rows)),
-        gpu_milli=np.array(kept.gpu_milli, dtype=np.int64).reshape(len(rows)),
+        gpus=column_array(kept.gpus, np.int64),
+        gpu_milli=column_array(kept.gpu_milli, np.int64),
         cpus_milli=bound_cpus,
         mem_mib=bound_mem,
-        est_runtime_s=np.array(kept.est_runtime_s, dtype=np.float64).reshape(len(rows)),
-        submit_s=np.array(kept.submit_s, dtype=np.float64).reshape(len(rows)),
+        est_runtime_s=column_array(kept.est_runtime_s, np.float64),
+        submit_s=column_array(kept.submit_s, np.float64),
         user=np.array(user, dtype=np.int64),
         vc=np.array(vc, dtype=np.int64),
         eligible=eligible,
@@ -645,12 +649,9 @@ def snapshot_views(
     # node's, found from the node's slot (groups' slots are consecutive)
     # (every job on one node, as pods are: the first nodes are the flat column itself)
     running = snapshot.running
-    n_run = len(running)
     run_group = layout.node_group[running_first_index(running, layout)]
-    run_milli = np.fromiter(running.gpus, dtype=np.int64, count=n_run) * np.fromiter(
-        running.gpu_milli, dtype=np.int64, count=n_run
-    )
-    run_end = np.fromiter(running.est_end_s, dtype=np.float64, count=n_run)
+    run_milli = column_array(running.gpus, np.int64) * column_array(running.gpu_milli, np.int64)
+    run_end = column_array(running.est_end_s, np.float64)
     cluster = ClusterView(
         gpu_type=np.array([spec.gpu_types.index(g.gpu_type) for g in spec.node_groups], dtype=np.int64),
         gpus_per_node=np.array([g.gpus for g in spec.node_groups], dtype=np.int64),

@@ -41,11 +41,11 @@ from shared.schemas.views import (
     node_layout,
 )
 from shared.service.clusters import load_specs
-from tests.schemas.message_factories import features, priorities, snapshot, tiny_spec
+from tests.schemas.message_factories import array_form, features, priorities, snapshot, tiny_spec
 
 
 def snapshot_doc() -> dict[str, object]:
-    doc: dict[str, object] = json.loads(encode(snapshot()))
+    doc: dict[str, object] = array_form(json.loads(encode(snapshot())))
     return doc
 
 

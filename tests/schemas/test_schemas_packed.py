@@ -1,10 +1,12 @@
-"""Packed float tables (``shared.schemas.packed``): a FeatureMatrix's values on the wire since version 4."""
+"""Packed float tables (``shared.schemas.packed``): a FeatureMatrix's values on the wire since version 4
+(deflated when that pays since version 5)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -115,3 +117,50 @@ def test_float_rows_read_as_row_tuples_and_stay_read_only() -> None:
 def test_an_empty_table_round_trips() -> None:
     empty = unpack(pack(FloatRows(np.empty((0, 2)))))
     assert len(empty) == 0 and empty == () and empty.shape == (0, 2)
+
+
+def _deflated_doc(table: np.ndarray) -> dict[str, object]:
+    return pack(FloatRows(table.copy()))
+
+
+def test_repetitive_tables_travel_deflated_and_come_back_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    table = rng.choice([0.0, 0.25, 1 / 3, -0.0, 1.0], size=(1024, 18))
+    doc = _deflated_doc(table)
+    assert doc["codec"] == "zlib" and len(str(doc["base64"])) < table.nbytes / 4
+    got = unpack(doc)
+    assert got.array.tobytes() == table.tobytes()
+    noise = rng.standard_normal((1024, 18))  # deflating does not pay: plain bytes
+    assert (
+        "codec" not in _deflated_doc(noise)
+        and unpack(_deflated_doc(noise)).array.tobytes() == noise.tobytes()
+    )
+    m = features()
+    sent = m.model_copy(update={"values": FloatRows(np.zeros((len(m.jobs), 2)))})
+    assert "codec" not in json.loads(encode(sent))["values"]  # small tables are not deflated
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda d, z: d | {"codec": "gzip"}, "codec must be 'zlib' when given"),
+        (lambda d, z: d | {"base64": base64.b64encode(z[:-5]).decode()}, "does not hold exactly"),
+        (lambda d, z: d | {"base64": base64.b64encode(z + b"x").decode()}, "does not hold exactly"),
+        (lambda d, z: d | {"base64": base64.b64encode(b"not zlib").decode()}, "is not a zlib stream"),
+        (lambda d, z: d | {"rows": d["rows"] - 1}, "does not hold exactly"),  # inflates past the bound
+    ],
+)
+def test_a_broken_deflated_table_is_refused_with_the_reason(change: object, fragment: str) -> None:
+    doc = _deflated_doc(np.zeros((1024, 18)))
+    assert doc["codec"] == "zlib"
+    deflated = base64.b64decode(str(doc["base64"]))
+    with pytest.raises(ValueError, match=fragment):
+        unpack(change(doc, deflated))  # type: ignore[operator]
+
+
+def test_a_deflated_table_never_inflates_past_its_declared_size() -> None:
+    """A small payload that would inflate to gigabytes is refused after rows * cols values."""
+    bomb = zlib.compress(bytes(64 << 20), 9)  # 64 MiB of zeros in about 64 kB
+    doc = {"dtype": "<f8", "rows": 2, "cols": 2, "codec": "zlib", "base64": base64.b64encode(bomb).decode()}
+    with pytest.raises(ValueError, match="does not hold exactly rows \\* cols values \\(32 bytes\\)"):
+        unpack(doc)
