@@ -8,6 +8,10 @@ Sources, in order:
 3. the transition alone: a job seen running that vanished and that sacct does not know ended between
    the two polls; it is reported with status ``completed`` and the poll time as end (logged).
 
+Accounting lags the controller: slurmdbd may still list a job that left squeue as running. Such a
+job is kept and looked up again at the next polls (up to ``ACCOUNTING_LAG_POLLS``, then the
+transition rule applies), instead of being dropped without an outcome.
+
 Why remember submit times: sacct -c prints the start time as "Submit" (the completion file has no
 submit column it reads); the adapter saw the job waiting and knows better.
 
@@ -34,6 +38,8 @@ SACCT_FIELDS = ("JobID", "State", "Submit", "Start", "End", "NodeList")
 _NO_NODES = frozenset({"", "(null)", "None assigned", "None"})
 #: how many reported job ids to remember (older ones are deduplicated by the bus and the store)
 REMEMBER = 100_000
+#: polls for which a vanished job that accounting still lists as not finished is looked up again
+ACCOUNTING_LAG_POLLS = 10
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class OutcomeTracker:
         self.submits: dict[str, float] = {}
         self.correlation: dict[str, str] = {}
         self.reported: OrderedDict[str, None] = OrderedDict()
+        #: vanished jobs that accounting still lists as not finished: polls left to look them up
+        self.lagging: dict[str, int] = {}
         #: auto starts with slurmdbd's sacct and switches to the completion file when it is refused
         self.completion_file = False
 
@@ -160,9 +168,18 @@ class OutcomeTracker:
                 self._remember(job.job_id)
         vanished = [j for j in self.active if j not in present and j not in self.reported]
         found = self._lookup(vanished)
+        keep: dict[str, SlurmJob] = {}
         for job_id in vanished:
             last = self.active[job_id]
             f: Finished | None = found.get(job_id)
+            if f is not None and f.state not in TERMINAL_STATES:
+                left = self.lagging.get(job_id, ACCOUNTING_LAG_POLLS)
+                if left > 0:  # accounting has not caught up with the controller yet
+                    self.lagging[job_id] = left - 1
+                    keep[job_id] = last
+                    continue
+                f = None
+            self.lagging.pop(job_id, None)
             if f is None and last.state in RUNNING_STATES and last.start_s is not None:
                 log.info("job %s vanished from squeue and accounting: ended by %.0f", job_id, now)
                 f = Finished(job_id, "COMPLETED", last.submit_s, last.start_s, now, True)
@@ -172,4 +189,5 @@ class OutcomeTracker:
                     outcomes.append(out)
             self._remember(job_id)
         self.active = {j.job_id: j for j in jobs if j.state in PENDING_STATES or j.state in RUNNING_STATES}
+        self.active.update(keep)
         return outcomes

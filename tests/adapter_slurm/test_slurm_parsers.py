@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.adapter_slurm.commands import SlurmCommandError
+from services.adapter_slurm.commands import CommandResult, CommandRunner, SlurmCommandError
 from services.adapter_slurm.model import SlurmJob, SlurmNode
-from services.adapter_slurm.outcomes import OutcomeTracker, parse_sacct
+from services.adapter_slurm.outcomes import ACCOUNTING_LAG_POLLS, OutcomeTracker, parse_sacct
 from services.adapter_slurm.parse_json import parse_sinfo_json, parse_squeue_json
 from services.adapter_slurm.parse_text import parse_sinfo_text, parse_squeue_text
 from services.adapter_slurm.snapshot import GroupResolver, JobFilter, build_snapshot
@@ -352,3 +352,50 @@ def test_outcomes_from_queue_transitions() -> None:
     assert [(o.job_id, o.status, o.start_s, o.end_s) for o in gone] == [
         ("2", "completed", 1795370915, 1795371000)
     ]
+
+
+class _Accounting(CommandRunner):
+    """sacct's answers, one per call, as slurmdbd gives them while it catches up."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], *, check: bool = True) -> CommandResult:
+        self.calls.append(tuple(argv))
+        out = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return CommandResult(tuple(argv), out, "", 0)
+
+
+def running_job(job_id: str) -> SlurmJob:
+    return SlurmJob(
+        job_id=job_id, state="RUNNING", priority=1, partition="gpu", qos="normal", user="u",
+        submit_s=10.0, start_s=20.0, end_s=None, time_limit_s=600.0, cpus=1, mem_mib=1024,
+        node_count=1, nodes=("n1",), gpus=2, gpu_types=("p100",),
+    )  # fmt: skip
+
+
+def test_a_vanished_job_that_accounting_still_lists_running_is_looked_up_again() -> None:
+    """slurmdbd lags the controller: the job left squeue but sacct still says RUNNING. The
+    tracker asks again at the next polls and reports the real end once accounting has it."""
+    runner = _Accounting(
+        ["8|RUNNING|10|20|Unknown|n1\n", "8|RUNNING|10|20|Unknown|n1\n", "8|COMPLETED|10|20|95|n1\n"]
+    )
+    tracker = OutcomeTracker("slurm", runner, accounting="auto")
+    tracker.update([running_job("8")], 50.0, "snap-1")
+    assert tracker.update([], 100.0, "snap-2") == []
+    assert tracker.update([], 110.0, "snap-3") == []
+    (done,) = tracker.update([], 120.0, "snap-4")
+    assert (done.job_id, done.status, done.start_s, done.end_s, done.gpus) == ("8", "completed", 20, 95, 2)
+    assert tracker.update([], 130.0, "snap-5") == []  # reported once
+    assert len(runner.calls) == 3
+
+
+def test_accounting_that_never_catches_up_falls_back_to_the_transition() -> None:
+    runner = _Accounting(["8|RUNNING|10|20|Unknown|n1\n"])
+    tracker = OutcomeTracker("slurm", runner, accounting="auto")
+    tracker.update([running_job("8")], 50.0, "snap-1")
+    for k in range(ACCOUNTING_LAG_POLLS):
+        assert tracker.update([], 100.0 + k, f"snap-{k}") == []
+    (done,) = tracker.update([], 500.0, "snap-last")
+    assert (done.status, done.start_s, done.end_s) == ("completed", 20, 500)
