@@ -61,9 +61,10 @@ class Policy(ABC):
     #: the compiled core keeps where Python can see it)
     external_compiled: bool = False
 
-    def external_hints(self) -> tuple[float, FloatArray | None]:
-        """For the compiled core's external runs (``external_compiled``): ``(t, keys)``, where
-        ``keys`` (one per job of the workload, or None) order the queue of every cycle before
+    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
+        """For the compiled core's external runs (``external_compiled``) of ``jobs`` (the run's
+        job range): ``(t, keys)``, where ``keys`` (one per job of ``jobs``, or None) order the
+        queue of every cycle before
         ``t`` and of every cycle with one queued job exactly as ``keys()`` would, with no side
         effect there: the core then orders those cycles itself instead of asking. By default it
         always asks."""

@@ -234,15 +234,14 @@ class LearnedPolicy(Policy):
         """The free state changed: a new version, so no cached view or placement count is reused."""
         self.version = next(_VERSIONS)
 
-    def external_hints(self) -> tuple[float, FloatArray | None]:
+    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
         """Before the scored window, and for a queue of one job, the keys are the base policy's
         with no side effect: a base policy with static keys lets the compiled core order those
         cycles itself."""
         base = self.base
         if base.dynamic or base.tracks_jobs:
             return -np.inf, None
-        all_jobs = np.arange(len(self.ctx.workload.jobs))
-        return self.warm_until, np.asarray(base.keys(all_jobs, 0.0), dtype=np.float64)
+        return self.warm_until, np.asarray(base.keys(jobs, 0.0), dtype=np.float64)
 
     def external_changed(self, n_events: int) -> bool:
         """Jobs started or ended since the last decision: a new state version; the starts and

@@ -41,7 +41,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-import weakref
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -68,6 +67,7 @@ from shared.sim.placement import (
 from shared.sim.releases import NodeReleases
 from shared.sim.result import SimResult
 from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
+from shared.sim.workload_memo import per_workload
 
 if TYPE_CHECKING:
     from shared.placement import CpSatPlacer
@@ -113,10 +113,6 @@ class _Columns:
     lists are built once per workload (``_columns``) and only read by ``Simulator.run``.
     """
 
-    # what they were read from: a workload given new jobs, shapes or classes is read again
-    jobs: object
-    shape_of: object
-    class_of: object
     submit: list[float]
     runtime: list[float]
     gpus: list[int]
@@ -132,20 +128,12 @@ class _Columns:
     shape_min_mem: list[int]
 
 
-_COLUMNS: dict[int, _Columns] = {}  # id(workload) -> its columns, dropped with the workload
-
-
 def _columns(w: BoundWorkload) -> _Columns:
-    """The cached ``_Columns`` of ``w`` (built on first use, rebuilt if its jobs, shapes or classes
-    were replaced)."""
-    cached = _COLUMNS.get(id(w))
-    if (
-        cached is not None
-        and cached.jobs is w.jobs
-        and cached.shape_of is w.shape
-        and cached.class_of is w.job_class
-    ):
-        return cached
+    """The ``_Columns`` of ``w``, kept per workload (``per_workload``)."""
+    return per_workload(w, "columns", lambda: _build_columns(w))
+
+
+def _build_columns(w: BoundWorkload) -> _Columns:
     jobs = w.jobs
     n = len(jobs)
     job_class = w.job_class.tolist()
@@ -160,10 +148,7 @@ def _columns(w: BoundWorkload) -> _Columns:
     smin[:] = np.iinfo(np.int64).max
     np.minimum.at(smin, w.shape, jobs.mem_mib)
     shape_min_mem = smin.tolist()
-    cols = _Columns(
-        jobs=jobs,
-        shape_of=w.shape,
-        class_of=w.job_class,
+    return _Columns(
         submit=jobs.submit.tolist(),
         runtime=jobs.runtime.tolist(),
         gpus=jobs.gpus.tolist(),
@@ -178,29 +163,18 @@ def _columns(w: BoundWorkload) -> _Columns:
         shape_min_cpu=shape_min_cpu,
         shape_min_mem=shape_min_mem,
     )
-    if cached is None:
-        weakref.finalize(w, _COLUMNS.pop, id(w), None)
-    _COLUMNS[id(w)] = cols
-    return cols
-
-
-_FRAC_GROUPS: dict[int, tuple[object, object, set[int]]] = {}  # id(workload) -> (jobs, classes, groups)
 
 
 def _frac_groups(w: BoundWorkload) -> set[int]:
     """The node groups where some job of ``w`` may take a GPU share: they track free milli-GPUs
     per physical GPU. Kept per workload (a training run makes a simulator per episode, and on
     Philly's 82,247 jobs this took a third of a millisecond)."""
-    cached = _FRAC_GROUPS.get(id(w))
-    if cached is not None and cached[0] is w.jobs and cached[1] is w.job_class:
-        return cached[2]
-    if cached is None:
-        weakref.finalize(w, _FRAC_GROUPS.pop, id(w), None)
-    groups = {
-        g for c in np.unique(w.job_class[w.jobs.gpu_milli < WHOLE_GPU_MILLI]) for g in w.class_groups[int(c)]
-    }
-    _FRAC_GROUPS[id(w)] = (w.jobs, w.job_class, groups)
-    return groups
+
+    def build() -> set[int]:
+        shares = np.unique(w.job_class[w.jobs.gpu_milli < WHOLE_GPU_MILLI])
+        return {g for c in shares for g in w.class_groups[int(c)]}
+
+    return per_workload(w, "frac_groups", build)
 
 
 class Simulator:

@@ -55,10 +55,10 @@ class Probe(Policy):
     def on_end(self, j: int, now: float) -> None:
         self.running.remove(j)
 
-    def external_hints(self) -> tuple[float, FloatArray | None]:
+    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
         if self.hint_until is None:
             return -math.inf, None
-        return self.hint_until, self._static(np.arange(len(self.ctx.workload.jobs)))
+        return self.hint_until, self._static(jobs)
 
     def _static(self, idx: IntArray) -> FloatArray:
         return np.asarray(self.ctx.workload.jobs.submit[idx], dtype=np.float64)

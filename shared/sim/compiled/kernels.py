@@ -742,6 +742,18 @@ def _start(j, g, cnt, now, i_next, jf, ji, geo, S, buf, st, run, pool, bk):
     return busy
 
 
+@njit(cache=True)
+def _note_start(j, g, now, jf, ext, n_ev):
+    """For an external policy: log the start of job j in group g (the events since the last
+    call) and insert it into the running jobs; returns the new event count."""
+    _, xs, _, ev_j, ev_t, xr_job, xr_group, xr_end = ext
+    ev_j[n_ev] = j
+    ev_t[n_ev] = now
+    running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, now + jf[j, F_EST])
+    xs[2] += 1
+    return n_ev + 1
+
+
 #: the callbacks of the runs in progress that ask Python for keys, by handle (``ask``)
 _ASKING: dict[int, Callable[[], None]] = {}
 _HANDLES = itertools.count(1)
@@ -1055,11 +1067,7 @@ def simulate(
                     if after >= 0:
                         ns = _sorted_insert(sk, sj, sb, ns, jf[after, F_KEY], after, b)
                 if external:
-                    ev_j[n_ev] = j
-                    ev_t[n_ev] = now
-                    n_ev += 1
-                    running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, now + jf[j, F_EST])
-                    xs[2] += 1
+                    n_ev = _note_start(j, g, now, jf, ext, n_ev)
                 if kind == P_MULTIFACTOR:
                     _advance(mf, usage, running, now)
                     running[ji[j, I_USER]] += jf[j, F_DEMAND]
@@ -1334,12 +1342,7 @@ def simulate(
                                 touched_list[n_touched] = b
                                 n_touched += 1
                             if external:
-                                ev_j[n_ev] = j
-                                ev_t[n_ev] = now
-                                n_ev += 1
-                                x_end = now + jf[j, F_EST]
-                                running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, x_end)
-                                xs[2] += 1
+                                n_ev = _note_start(j, g, now, jf, ext, n_ev)
                             if kind == P_MULTIFACTOR:
                                 _advance(mf, usage, running, now)
                                 running[ji[j, I_USER]] += jf[j, F_DEMAND]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from shared.sim.binding import nodes_needed
 from shared.sim.partition import row_classes
 from shared.sim.placement import BestFit, FirstFit
 from shared.sim.result import SimResult
+from shared.sim.workload_memo import per_workload
 
 if TYPE_CHECKING:
     from shared.sim.binding import BoundWorkload
@@ -232,27 +232,10 @@ class _Layout:
         )
 
 
-#: id(workload) -> (its jobs, shapes, classes, node slack, layout), dropped with the workload:
-#: a training run simulates windows of one workload thousands of times
-_LAYOUTS: dict[int, tuple[object, object, object, int, _Layout]] = {}
-
-
 def _layout(w: BoundWorkload, slack: int) -> _Layout:
-    """The cached ``_Layout`` of ``w`` (rebuilt if its jobs, shapes or classes were replaced)."""
-    cached = _LAYOUTS.get(id(w))
-    if (
-        cached is not None
-        and cached[0] is w.jobs
-        and cached[1] is w.shape
-        and cached[2] is w.job_class
-        and cached[3] == slack
-    ):
-        return cached[4]
-    if cached is None:
-        weakref.finalize(w, _LAYOUTS.pop, id(w), None)
-    layout = _Layout.of(w, slack)
-    _LAYOUTS[id(w)] = (w.jobs, w.shape, w.job_class, slack, layout)
-    return layout
+    """The ``_Layout`` of ``w`` for this node slack, kept per workload (``per_workload``): a
+    training run simulates windows of one workload thousands of times."""
+    return per_workload(w, f"compiled-layout/{slack}", lambda: _Layout.of(w, slack))
 
 
 class _Prepared:
@@ -376,9 +359,9 @@ class _Prepared:
             tuple(np.empty(int(gn.sum()), np.int64) for _ in range(4)),
         )
         x = m if external else 0
-        ask_from, static_keys = policy.external_hints() if external else (-math.inf, None)
+        ask_from, static_keys = policy.external_hints(np.arange(lo, hi)) if external else (-math.inf, None)
         if static_keys is not None:
-            jf[:, kernels.F_KEY] = static_keys[lo:hi]
+            jf[:, kernels.F_KEY] = static_keys
         self.ext = (
             np.empty(x, np.int64),  # the queue of a cycle, in arrival order (from 0)
             # its length, events since the last call, running jobs, lo, static keys given
