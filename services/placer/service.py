@@ -30,6 +30,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from services.niceness import lower_priority
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import SERVICE_SETTINGS, PlacerStage
 from shared.bus.ahead import DecodeAhead, fetch_stored
@@ -81,6 +82,10 @@ class KnownJobs:
 
 async def build(ctx: ServiceContext) -> Wiring:
     settings = PlacerServiceSettings()
+    if settings.placer_role == "record" and settings.recorder_nice:
+        # off the decision path: the deciding replica and the other stages get the cores first
+        nice = lower_priority(settings.recorder_nice)
+        log.info("record-role replica: nice %d (HYLO_RECORDER_NICE=%d)", nice, settings.recorder_nice)
     placer_settings = SERVICE_SETTINGS.model_copy(update={"solve_when_all_fit": settings.cpsat_always_solve})
     stage = PlacerStage(ctx.specs, placement=settings.placement, settings=placer_settings)
     engine = ctx.engine

@@ -10,7 +10,8 @@ from shared.config import HyloBaseSettings
 
 
 class PlacerServiceSettings(HyloBaseSettings):
-    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``, ``HYLO_CPSAT_ALWAYS_SOLVE``."""
+    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``, ``HYLO_CPSAT_ALWAYS_SOLVE``,
+    ``HYLO_RECORDER_NICE``."""
 
     placement: Literal["best-fit", "cp-sat"] = Field(
         default="cp-sat", description="CP-SAT over the top K jobs, or best-fit in priority order"
@@ -20,6 +21,15 @@ class PlacerServiceSettings(HyloBaseSettings):
         description="decide: only PriorityVector -> PlacementDecision; record: only the recorder "
         "consumers (decisions, outcomes, model versions); all: both in one process. Splitting them "
         "keeps 1,024-row decision writes from competing with placement for this process's GIL",
+    )
+    recorder_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="how much a record-role replica (HYLO_PLACER_ROLE=record) raises its own nice value "
+        "at start (0: not at all): its decision writes are off the decision path and cost more CPU "
+        "than the path, so they take only the cores the pipeline leaves idle (``services.niceness``); "
+        "a replica that also decides (role all) keeps its priority",
     )
     snapshot_cache: int = Field(
         default=4,

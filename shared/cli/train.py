@@ -95,12 +95,19 @@ def train_command(
     imitation_epochs: Annotated[
         int,
         typer.Option(
-            help="warm start: epochs of supervised imitation of the base policy's order before PPO (0: off)"
+            help="warm start: epochs of supervised imitation of the teacher's order before PPO (0: off)"
         ),
     ] = 0,
     imitation_windows: Annotated[
-        int, typer.Option(help="training windows whose base-policy decisions the imitation learns from")
+        int, typer.Option(help="training windows whose teacher decisions the imitation learns from")
     ] = 16,
+    imitate: Annotated[
+        str | None,
+        typer.Option(
+            help="the teacher the warm start imitates (a policy name; default: the base policy). "
+            "PPO's reward stays measured against --base-policy"
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option(help="output folder: checkpoint/, train_log.csv/json, training_curve.png")
     ] = Path("hylo-out/train"),
@@ -132,6 +139,12 @@ def train_command(
         raise fail(f"--imitation-epochs must be >= 0 (0: off), got {imitation_epochs}")
     if imitation_windows < 1:
         raise fail(f"--imitation-windows must be >= 1, got {imitation_windows}")
+    if imitate is not None and imitate not in POLICY_NAMES:
+        raise fail(f"unknown --imitate policy {imitate!r}; choose from {', '.join(POLICY_NAMES)}")
+    if imitate is not None and imitation_epochs == 0:
+        raise fail("--imitate names the warm start's teacher: give --imitation-epochs too")
+    if epochs < 0:
+        raise fail(f"--epochs must be >= 0 (0: the warm start alone), got {epochs}")
     if placement is not None and placement not in ("first-fit", "best-fit", "cp-sat"):
         raise fail(f"--placement must be first-fit, best-fit or cp-sat, not {placement!r}")
     setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
@@ -183,8 +196,11 @@ def train_command(
         initial_state, imitation_info = None, None
         if imitation_epochs > 0:
             initial_state, imitation_info = _imitation_warm_start(
-                runner, cfg, imitation_epochs, imitation_windows
+                runner, cfg, imitation_epochs, imitation_windows, imitate
             )
+            if cfg.max_minutes is not None:
+                # --max-minutes bounds the whole training, the warm start included.
+                cfg.max_minutes = max(cfg.max_minutes - imitation_info["seconds"] / 60, 0.0)
         result = train(runner, cfg, progress=report, initial_state=initial_state)
 
     keys = sorted({k for row in result.history for k in row})
@@ -269,25 +285,30 @@ def train_command(
 
 
 def _imitation_warm_start(
-    runner: Any, cfg: TrainConfig, epochs: int, n_windows: int
+    runner: Any, cfg: TrainConfig, epochs: int, n_windows: int, teacher: str | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Imitation of the base policy on windows of the PPO training range (``shared.imitation``)."""
+    """Imitation of the teacher on windows of the PPO training range (``shared.imitation``)."""
     from shared.imitation import ImitationConfig, imitate
 
     fit, _ = split_windows(len(runner.workload.jobs), cfg)
+    name = teacher or runner.settings.base_policy
     try:
         windows = make_windows(fit, cfg.window_size, n_windows, seed=cfg.seed, overlap=True)
-        with console.status(f"imitating the base policy on {len(windows)} windows ({epochs} epochs)"):
-            res = imitate(runner, windows, cfg.model, ImitationConfig(epochs=epochs, seed=cfg.seed))
+        with console.status(f"imitating {name} on {len(windows)} windows ({epochs} epochs)"):
+            res = imitate(
+                runner, windows, cfg.model, ImitationConfig(epochs=epochs, seed=cfg.seed, teacher=teacher)
+            )
     except ValueError as err:
         raise fail(f"imitation warm start: {err}") from None
     last = res.history[-1]
     console.print(
-        f"imitation: {res.demonstrations} decisions, loss per pick {res.history[0]['nll_per_pick']:.3f} -> "
-        f"{last['nll_per_pick']:.3f}, {res.wall_seconds:.1f}s",
+        f"imitation of {name}: {res.demonstrations} decisions, "
+        f"loss per pick {res.history[0]['nll_per_pick']:.3f} -> {last['nll_per_pick']:.3f}, "
+        f"{res.wall_seconds:.1f}s",
         highlight=False,
     )
     info: dict[str, Any] = {
+        "teacher": name,
         "epochs": epochs,
         "windows": len(windows),
         "demonstrations": res.demonstrations,

@@ -45,7 +45,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig
 from shared.features.compute import FeatureValues, _log_scale, _ratio
 from shared.features.fast_ways import PlacementCounts, RequestLevels, _bins, node_table, request_rows
-from shared.features.kernels import N_EXTRA, finish_kernel, kinds_kernel, observe_kernel
+from shared.features.kernels import N_EXTRA, finish_kernel, kinds_kernel, observe_kernel, released_kernel
 from shared.features.sampling import FeatureSampler, SamplingState, Selection
 from shared.features.views import BoolArray, ClusterView, FloatArray, IntArray, QueueView
 from shared.features.ways import _unique_inverse, distinct_requests, ways_on_empty
@@ -96,8 +96,9 @@ class Observation:
 
 
 #: ``WorkloadFeaturizer._finish_plan``: observation and critic columns, whether the wait's
-#: ``log1p`` and ``demand_supply``'s products are needed, job and cluster columns left to numpy
-_FinishPlan = tuple[IntArray, IntArray, bool, bool, tuple[int, ...], tuple[int, ...]]
+#: ``log1p`` and ``demand_supply``'s products are needed, job and cluster columns left to numpy,
+#: whether ``released_kernel`` writes ``future_availability`` (job column and cluster value)
+_FinishPlan = tuple[IntArray, IntArray, bool, bool, tuple[int, ...], tuple[int, ...], bool]
 #: ``finish_kernel``'s arguments before its outputs (``WorkloadFeaturizer.prepare_finish``)
 FinishArgs = tuple[FloatArray, IntArray, FloatArray, float, FloatArray, FloatArray, IntArray]
 
@@ -321,13 +322,22 @@ class WorkloadFeaturizer:
             kinds, self._job_kind = _unique_inverse((req.inverse << n_groups) | bits)
             first = np.zeros(len(kinds), dtype=np.int64)
             first[self._job_kind[::-1]] = np.arange(len(jobs) - 1, -1, -1)  # a job of each kind
+            # the distinct eligibility rows (``released_kernel`` sums once per row and bin)
+            rows_bits, self._elig_id = _unique_inverse(bits)
+            at = np.zeros(len(rows_bits), dtype=np.int64)
+            at[self._elig_id] = np.arange(len(jobs))
+            self._elig_rows = np.ascontiguousarray(elig[at])
         else:  # too many groups to pack: every job its own kind
             self._job_kind = np.arange(len(jobs), dtype=np.int64)
             first = self._job_kind
+            self._elig_id = np.zeros(len(jobs), dtype=np.int64)
+            self._elig_rows = np.zeros((0, n_groups))
         self._kind_req = req.inverse[first]
         self._kind_elig = elig[first]
         self._kind_req_c = np.ascontiguousarray(self._kind_req, dtype=np.int64)
         self._kind_elig_c = np.ascontiguousarray(self._kind_elig)
+        #: the incremental case's kind values, by kind (``PlacementCounts.kinds``)
+        self._kind_buf = np.zeros((len(first), 5))
         self._levels = RequestLevels.of(req, empty)
         # the kinds kernel's inputs (int64, C-contiguous): request thresholds as ``RequestLevels``
         # without its int32 clipping (nodes' values are below 2**31: the same comparisons)
@@ -538,14 +548,32 @@ class WorkloadFeaturizer:
         job, wait_scaled, share_q, elig_q = self._scratch(q)
         clus = self._clus
         selection, plan = self._select(sampler, float(clus[_FRAGMENTATION]), multi / q if q else 0.0)
-        cols, critic_cols, wait, demand_supply, job_numpy, cluster_numpy = plan
+        cols, critic_cols, wait, demand_supply, job_numpy, cluster_numpy, released = plan
         wait_log = pool_demand = wait_scaled
         if wait and log1p:
             wait_log = np.log1p(wait_scaled)
         if demand_supply and products:  # numpy's products (BLAS: their order), operands gathered
             pool_demand = elig_q @ (self._cap_g * (share_q @ elig_q))
+        if released:  # fractional GPUs: the released GPUs with numpy's sums
+            view = cluster()
+            released_kernel(
+                idx,
+                now,
+                self._est_f,
+                self._elig,
+                self._pool_cap,
+                view.run_group,
+                view.run_gpus,
+                view.run_end_s,
+                self.config.near_horizon_s,
+                self._total_cap,
+                self._elig_id,
+                self._elig_rows,
+                job,
+                clus,
+            )
         if job_numpy or cluster_numpy:
-            bare = self._bare_decision(idx, now, cluster())  # one released-GPU count
+            bare = self._bare_decision(idx, now, cluster())
             for c in job_numpy:
                 job[:, c] = self._job_column(bare, JOB_FEATURES[c])
             for c in cluster_numpy:
@@ -587,16 +615,12 @@ class WorkloadFeaturizer:
             np.array(critic, dtype=np.int64),
             "wait" in names,
             "demand_supply" in names,
-            tuple(
-                c
-                for c, name in zip(observation, names, strict=True)
-                if name in _NUMPY_COLUMNS or (name == "future_availability" and inexact)
-            ),
-            tuple(
-                c
-                for c in critic
-                if CLUSTER_FEATURES[c] == "queue_length"
-                or (CLUSTER_FEATURES[c] == "future_availability" and inexact)
+            tuple(c for c, name in zip(observation, names, strict=True) if name in _NUMPY_COLUMNS),
+            tuple(c for c in critic if CLUSTER_FEATURES[c] == "queue_length"),
+            inexact
+            and (
+                "future_availability" in names
+                or any(CLUSTER_FEATURES[c] == "future_availability" for c in critic)
             ),
         )
         self._finish[(observation, critic)] = plan
@@ -674,6 +698,13 @@ class WorkloadFeaturizer:
                     self._kinds_version, self._kinds_values = version, self._kinds_on(cluster)
                 return self._kinds_values, False
             return self._per_kind_all(cluster, version), False
+        if self.incremental and self.compiled and version is not None and self._counts.compiled:
+            # the kept counts' rows summed per queued kind in one compiled call (every kind's row
+            # of ``_kind_buf`` that the queue reads is written; the others are stale, unread)
+            self._counts.kinds(
+                idx, self._job_kind, self._kind_req_c, self._kind_elig_c, cluster, self._kind_buf
+            )
+            return self._kind_buf, False
         kinds, kind_inv = _distinct(self._job_kind[idx], self._kind_pos)
         uniq, req_inv = _distinct(self._kind_req[kinds], self._req_pos)
         per_req = self._request_rows(uniq, cluster, version)  # [U, n_groups, 3]

@@ -1,16 +1,23 @@
-"""Demonstrations: the queue observations the incumbent (the base policy) meets, with its order.
+"""Demonstrations: the queue observations a teacher policy meets, with its order.
+
+The teacher is the incumbent (the base policy) by default, or another policy (``teacher=``): a
+base policy that PPO's reward is measured against need not be the policy worth starting from.
 
 ``LearnedPolicy`` lays the queue out in the base policy's order before the model sees it (slot 0 is
 the base policy's first job, and so on), so the incumbent's order of any observation is simply the
 slot order ``0, 1, ..., n-1``: a demonstration needs only the observation.
 
-- ``collect_base`` runs the base policy itself through ``LearnedPolicy`` with a controller that
-  returns the slot order (so the schedule is exactly the base policy's) and records every
-  observation the controller is shown: the features PPO episodes compute, from the same code.
+- ``collect_base`` runs the teacher itself through ``LearnedPolicy`` (as the layout's base) with a
+  controller that returns the slot order (so the schedule is exactly the teacher's) and records
+  every observation the controller is shown: the features PPO episodes compute, from the same code.
+  Features are per job, not per slot, so an observation laid out in the teacher's order holds the
+  same rows as the base policy's layout would (permuted), and the label is again the slot order.
+  (With more queued jobs than ``max_queue`` the two layouts keep different jobs: each keeps its
+  own policy's first ``max_queue``.)
 - ``collect_on_policy`` records the observations a model meets when it schedules (its own
   sampled episodes, ``EpisodeRunner.run``): the states of the learner's own mistakes, labelled by the
   incumbent's order, as in DAgger. The label is again the slot order, which is the base policy's
-  order of *that* queue.
+  order of *that* queue: so DAgger needs the teacher to be the base policy.
 """
 
 from __future__ import annotations
@@ -55,16 +62,23 @@ class _Recorder:
 
 
 def collect_base(
-    runner: EpisodeRunner, windows: Sequence[Window], *, max_queue: int = 256
+    runner: EpisodeRunner,
+    windows: Sequence[Window],
+    *,
+    max_queue: int = 256,
+    teacher: str | None = None,
 ) -> list[Demonstration]:
-    """Observations of every decision (>= 2 queued jobs) the base policy makes in ``windows``."""
+    """Observations of every decision (>= 2 queued jobs) the teacher makes in ``windows``.
+
+    ``teacher`` names a policy (``shared.policies``); ``None`` is the run's base policy.
+    """
     demos: list[Demonstration] = []
     settings = runner.settings
     for window in windows:
         recorder = _Recorder()
         policy = LearnedPolicy(
             None,
-            make_policy(settings.base_policy),
+            make_policy(teacher or settings.base_policy),
             mode="greedy",
             warm_until=float(runner.workload.jobs.submit[window.start]),
             sampler=FeatureSampler(settings.sampling),

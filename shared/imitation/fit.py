@@ -1,5 +1,11 @@
 """The supervised loop: fit the actor to the incumbent's order, the critic to its reward of 0.
 
+The incumbent is the base policy unless ``ImitationConfig.teacher`` names another policy. A
+teacher other than the base lets PPO start from a policy better than the one its reward is
+measured against (on Philly and openb, SJF on estimates is far ahead of FCFS); the critic is then
+not fitted (its target would be the teacher's unknown reward, not 0) and DAgger is refused (its
+labels are the base policy's order, ``demonstrations.py``).
+
 Data: ``collect_base`` on the training windows (the states the incumbent visits), optionally
 followed by ``dagger_rounds`` rounds that add the states the partly trained model visits
 (``collect_on_policy``), all labelled with the incumbent's order.
@@ -41,13 +47,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from shared.imitation.demonstrations import Demonstration, collect_base, collect_on_policy
 from shared.imitation.loss import listwise_nll
 from shared.metrics import Window
 from shared.model import ActorCritic, ModelConfig, pad_queues
+from shared.policies import POLICY_NAMES
 from shared.rl.episodes import EpisodeRunner
 
 
@@ -73,7 +80,17 @@ class ImitationConfig(BaseModel):
         lt=1,
         description="at the end, zero the input columns below this share of the largest column's norm",
     )
+    teacher: str | None = Field(
+        default=None, description="the policy whose order is imitated; None: the run's base policy"
+    )
     seed: int = 0
+
+    @field_validator("teacher")
+    @classmethod
+    def _known_policy(cls, name: str | None) -> str | None:
+        if name is not None and name not in POLICY_NAMES:
+            raise ValueError(f"unknown teacher policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+        return name
 
 
 @dataclass
@@ -192,24 +209,32 @@ def imitate(
     initial_state: dict[str, torch.Tensor] | None = None,
     progress: ProgressHook | None = None,
 ) -> ImitationResult:
-    """Fit an ``ActorCritic`` to the base policy's order on ``windows`` (from the training part).
+    """Fit an ``ActorCritic`` to the teacher's order on ``windows`` (from the training part).
 
     Returns its state dict (``ImitationResult.state``), ready for ``train(initial_state=...)``.
     """
     cfg = cfg or ImitationConfig()
     if not windows:
         raise ValueError("imitation needs at least one training window")
+    teacher = cfg.teacher or runner.settings.base_policy
+    if teacher != runner.settings.base_policy:
+        if cfg.dagger_rounds:
+            raise ValueError(
+                f"DAgger rounds label states with the base policy's order ({runner.settings.base_policy}), "
+                f"not the teacher's ({teacher}): use dagger_rounds=0 with a teacher"
+            )
+        cfg = cfg.model_copy(update={"value_coef": 0.0})
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     model = ActorCritic(model_config)
     if initial_state is not None:
         model.load_state_dict(initial_state)
-    demos = collect_base(runner, windows, max_queue=model_config.max_queue)
+    demos = collect_base(runner, windows, max_queue=model_config.max_queue, teacher=teacher)
     if not demos:
         raise ValueError(
-            f"the base policy made no decision with two or more queued jobs in {len(windows)} windows: "
-            "nothing to imitate (the workload never queues; raise its load)"
+            f"the teacher ({teacher}) made no decision with two or more queued jobs in "
+            f"{len(windows)} windows: nothing to imitate (the workload never queues; raise its load)"
         )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     history = fit_epochs(model, demos, cfg, cfg.epochs, rng, optimizer, progress)

@@ -19,7 +19,14 @@ from shared.metrics.specs import (
     MetricSpec,
     get_spec,
 )
-from shared.metrics.summary import DistStats, JobSelection, WindowMetrics, selection_index, summarize_window
+from shared.metrics.summary import (
+    DistStats,
+    JobSelection,
+    WindowMetrics,
+    selection_index,
+    summarize_window,
+    window_means,
+)
 from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting, integrate_steps
 from shared.metrics.windows import Window, chronological_split, make_windows
 
@@ -51,4 +58,5 @@ __all__ = [
     "selection_index",
     "summarize_window",
     "wait_cdf_plot",
+    "window_means",
 ]

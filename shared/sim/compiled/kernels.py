@@ -777,6 +777,17 @@ def _ask(handle: int) -> None:
 
 
 @njit(cache=True)
+def _call_back(handle):
+    """``_ask(handle)`` in object mode, in a function of its own. Why not inline in ``simulate``:
+    numba hands an object-mode block its lifted code as a pickle, copied into a new bytes object
+    at every entry, and the pickle of a block lifted from ``simulate`` is about 0.5 MB (the big
+    function's bytecode and constants), 10-30 us a call: most of a training decision's time in
+    the loop. Lifted from this function it is a few kB."""
+    with objmode():
+        _ask(handle)
+
+
+@njit(cache=True)
 def simulate(
     jf,
     ji,
@@ -820,8 +831,8 @@ def simulate(
     the callback registered under ``handle``), which writes their keys into ``jf[:, F_EXT]``;
     an exception there ends the run and propagates. Where the caller gave static keys for it
     (``xs[4]``: in ``jf[:, F_KEY]``), a cycle before ``xf[1]`` or with one queued job takes
-    those instead of asking. (Object mode costs about a microsecond per call; a generator
-    instead doubled the compile time of this function.)"""
+    those instead of asking (``_call_back``: object mode costs about a microsecond per call; a
+    generator instead doubled the compile time of this function)."""
     start, end, nodes_used, job_group, job_frac, p_node, p_w, p_mask, tl_t, tl_busy, tl_q, stats, S_out = out
     xq, xs, xf, ev_j, ev_t, xr_job, xr_group, xr_end = ext
     external = kind == P_EXTERNAL
@@ -1170,8 +1181,7 @@ def simulate(
                         xs[1] = n_ev
                         xf[0] = now
                         n_ev = 0
-                        with objmode():
-                            _ask(handle)
+                        _call_back(handle)
                 # the order: heads of classes of shapes that fit somewhere, and of the blocked
                 # shapes only the first (key, job) per class of eligible groups (b = -1)
                 hn = 0
