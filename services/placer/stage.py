@@ -421,16 +421,7 @@ class PlacerStage:
         # free resources and the jobs' tuples (as ``decide`` builds them for the matrix's rows,
         # which are the kept jobs in order when the featurizer sent the snapshot's jobs)
         columns = (pick(pending.gpus, kept), pick(pending.gpu_milli, kept), pick(pending.est_runtime_s, kept))
-        rows = zip(
-            range(len(kept)),
-            *columns[:2],
-            binding.cpus_milli,
-            binding.mem_mib,
-            binding.groups,
-            columns[2],
-            strict=True,
-        )
-        jobs = list(map(_Job._make, rows))
+        jobs = self._walk_jobs(pending, binding)
         walk = WalkState(ss.state)
         return PreparedSnapshot(
             snap, binding, kept_ids, track, ss, base, walk=walk, jobs=jobs, columns=columns
@@ -678,9 +669,15 @@ class PlacerStage:
                         res_of_group[g] = res
         return Decided(allocs, spread, reservations, status, held)
 
-    @staticmethod
-    def _ranked(jobs: PendingJobs, binding: PendingBinding, order: npt.NDArray[np.int64]) -> list[_Job]:
+    @classmethod
+    def _ranked(cls, jobs: PendingJobs, binding: PendingBinding, order: npt.NDArray[np.int64]) -> list[_Job]:
         """The kept jobs as the walk reads them, in rank order."""
+        by_row = {job.row: job for job in cls._walk_jobs(jobs, binding)}
+        return [by_row[r] for r in order.tolist() if r in by_row]
+
+    @staticmethod
+    def _walk_jobs(jobs: PendingJobs, binding: PendingBinding) -> list[_Job]:
+        """The kept jobs as the walk reads them, in kept order (``_Job.row``: the job's row)."""
         kept = binding.kept
         if len(kept) == len(jobs):  # every job kept (the usual case): no per-row gathering
             cols = zip(
@@ -705,8 +702,7 @@ class PlacerStage:
                 [est[r] for r in kept],
                 strict=True,
             )
-        by_row = dict(zip(kept, map(_Job._make, cols), strict=True))
-        return [by_row[r] for r in order.tolist() if r in by_row]
+        return list(map(_Job._make, cols))
 
     def _spread(self, st: ClusterState, job: _Job, a: Alloc) -> bool:
         """On more nodes than the fewest that can hold it (only with ``node_slack`` > 0)."""

@@ -169,6 +169,60 @@ def observe_kernel(
 
 
 @njit(cache=True)
+def _end_bins(srt: np.ndarray, run_end: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Each running job's bin: the index of the first threshold of ``srt`` (ascending) at or after
+    its end (``np.searchsorted(srt, run_end)``, "left"; ``len(srt)`` past the last). Running jobs
+    come sorted by end (``RunningJobs``), so the bin is found by walking on from the previous
+    job's, with a binary search where an end is smaller than the one before."""
+    n = len(srt)
+    bins = np.empty(len(run_end), dtype=np.int64)
+    b = 0
+    prev = -np.inf
+    for r in range(len(run_end)):
+        end = run_end[r]
+        if end >= prev:
+            while b < n and srt[b] < end:
+                b += 1
+        else:
+            b = np.searchsorted(srt, end)
+        prev = end
+        bins[r] = b
+    return bins
+
+
+@njit(cache=True)
+def gang_cell(
+    hist: np.ndarray, phist: np.ndarray, mm: int, gp: int
+) -> tuple[float, float, bool]:  # pragma: no cover
+    """A gang request's ways, stranded GPUs and feasibility in one node group, from the group's
+    histogram over usable GPUs per node (``hist[v]``: nodes that can give ``v`` of the gang's
+    ``gp`` GPUs; ``phist[v]``: those nodes' free GPUs when partially used), at most ``mm`` nodes.
+
+    ``at_least`` counts nodes with ``u >= v`` from the top; the gang fits when the sum of
+    ``min(at_least, mm)`` reaches ``gp``, and a node counts as a way when it can give at least
+    ``gp - (the other mm - 1 nodes' best)`` GPUs; the nodes below that threshold strand their free
+    GPUs. Shared by ``kinds_kernel`` (from scratch) and ``kernels_ways.kind_table_kernel`` (from
+    the kept counts). Integer-valued sums: exact in any order."""
+    n_bins = len(hist)
+    at_least = 0
+    top_m = 0
+    top_m1 = 0
+    for v in range(n_bins - 1, 0, -1):
+        at_least += hist[v]
+        top_m += min(at_least, mm)
+        top_m1 += min(at_least, mm - 1)
+    feasible = top_m >= gp
+    thr = max(1, gp - top_m1) if feasible else n_bins - 1
+    ways = 0.0
+    for v in range(thr, n_bins):
+        ways += hist[v]
+    stranded = 0.0
+    for v in range(thr):
+        stranded += phist[v]
+    return ways, stranded, feasible
+
+
+@njit(cache=True)
 def _released_columns(
     idx: np.ndarray,
     now: float,
@@ -196,20 +250,10 @@ def _released_columns(
     srt = limits[order]
     n_bins = q + 2
     hist = np.zeros((n_groups, n_bins))
-    # each running job's bin: the first threshold at or after its end (searchsorted "left"); the
-    # running jobs come sorted by end (``RunningJobs``), so the bin is found by walking on from
-    # the previous job's, with a binary search where an end is smaller than the one before
-    b = 0
-    prev = -np.inf
+    # each running job's bin: the first threshold at or after its end
+    bins = _end_bins(srt, run_end)
     for r in range(len(run_end)):
-        end = run_end[r]
-        if end >= prev:
-            while b <= q and srt[b] < end:
-                b += 1
-        else:
-            b = np.searchsorted(srt, end)
-        prev = end
-        hist[run_group[r], b] += run_gpus[r]
+        hist[run_group[r], bins[r]] += run_gpus[r]
     for g in range(n_groups):
         for b in range(1, n_bins):
             hist[g, b] += hist[g, b - 1]
@@ -307,23 +351,7 @@ def kinds_kernel(
             hist[g, u] += 1
             phist[g, u] += node_partial[n]
         for g in range(n_groups):
-            mm = m_nodes[r, g]
-            # at_least[v] = nodes with u >= v, from the top; sums of min(at_least[v], M), (M - 1)
-            at_least = 0
-            top_m = 0
-            top_m1 = 0
-            for v in range(n_bins - 1, 0, -1):
-                at_least += hist[g, v]
-                top_m += min(at_least, mm)
-                top_m1 += min(at_least, mm - 1)
-            feasible = top_m >= gp
-            thr = max(1, gp - top_m1) if feasible else n_bins - 1
-            ways = 0
-            for v in range(thr, n_bins):
-                ways += hist[g, v]
-            stranded = 0
-            for v in range(thr):
-                stranded += phist[g, v]
+            ways, stranded, feasible = gang_cell(hist[g], phist[g], m_nodes[r, g], gp)
             rows[r, g, 0] = ways
             rows[r, g, 1] = stranded
             rows[r, g, 2] = 1.0 if feasible and need_ok[r, g] else 0.0
@@ -476,19 +504,9 @@ def released_kernel(
     srt = srt[:n_distinct]
     n_bins = n_distinct + 1
     cum = np.zeros((n_bins, n_groups))
-    # running jobs come sorted by end (``RunningJobs``): the bin is found by walking on from the
-    # previous job's, with a binary search where an end is smaller than the one before
-    b = 0
-    prev = -np.inf
+    bins = _end_bins(srt, run_end)
     for r in range(len(run_end)):
-        end = run_end[r]
-        if end >= prev:
-            while b < n_distinct and srt[b] < end:
-                b += 1
-        else:
-            b = np.searchsorted(srt, end)
-        prev = end
-        cum[b, run_group[r]] += run_gpus[r]
+        cum[bins[r], run_group[r]] += run_gpus[r]
     for b in range(1, n_bins):
         for g in range(n_groups):
             cum[b, g] = cum[b - 1, g] + cum[b, g]

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.features.kernels import gang_cell
 
 __all__ = ["count_kernel", "kind_table_kernel", "snapshot_kernel", "sync_kernel"]
 
@@ -246,21 +247,14 @@ def kind_table_kernel(
                 continue
             slot = slot_of[r]
             base = g * n_bins
-            mm = m_nodes[r, g]
-            gp = gang_gpus[slot]
-            at_least = 0
-            top_m = 0
-            top_m1 = 0
-            for v in range(n_bins - 1, 0, -1):
-                at_least += hist[slot, base + v]
-                top_m += min(at_least, mm)
-                top_m1 += min(at_least, mm - 1)
-            feasible = top_m >= gp
-            thr = max(1, gp - top_m1) if feasible else n_bins - 1
-            for v in range(thr, n_bins):
-                a0 += hist[slot, base + v]
-            for v in range(thr):
-                a1 += phist[slot, base + v]
+            ways, stranded, feasible = gang_cell(
+                hist[slot, base : base + n_bins],
+                phist[slot, base : base + n_bins],
+                m_nodes[r, g],
+                gang_gpus[slot],
+            )
+            a0 += ways
+            a1 += stranded
             if feasible and need_ok[r, g]:
                 a2 += 1.0
         table[kind, 0] = a0

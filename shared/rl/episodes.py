@@ -17,11 +17,12 @@ import torch
 from shared.features import FeatureSampler, FeatureSchema, SamplingConfig
 from shared.metrics import Window, WindowMetrics, summarize_window, window_means
 from shared.model import ActorCritic
-from shared.policies import make_policy
+from shared.policies import Policy, make_policy
 from shared.rl.policy import Decision, LearnedPolicy, Mode
 from shared.rl.reward import RewardSpec
 from shared.sim.binding import BoundWorkload
 from shared.sim.config import SimConfig
+from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 
@@ -71,11 +72,15 @@ class EpisodeRunner:
     def job_range(self, window: Window) -> tuple[int, int]:
         return max(0, window.start - self.settings.warmup), window.stop
 
+    def _simulate_result(self, policy: Policy, window: Window) -> SimResult:
+        """``policy``'s run of ``window`` (its warm-up included) under the run's settings."""
+        sim = Simulator(self.workload, policy, self.settings.config)
+        return sim.run(self.job_range(window), (window.start, window.stop))
+
     def simulate(self, policy_or_name: LearnedPolicy | str, window: Window) -> WindowMetrics:
         """Metrics of ``window`` under a base policy (by name) or a learned policy."""
         policy = make_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
-        sim = Simulator(self.workload, policy, self.settings.config)
-        result = sim.run(self.job_range(window), (window.start, window.stop))
+        result = self._simulate_result(policy, window)
         name = policy_or_name if isinstance(policy_or_name, str) else policy.describe()
         metrics = summarize_window(result, window, excluded=self.excluded, label=window.label)
         return metrics.model_copy(update={"policy": name})
@@ -115,19 +120,15 @@ class EpisodeRunner:
         if stages:
             policy.stage_seconds = {}
         t0 = time.perf_counter()
-        sim = Simulator(self.workload, policy, self.settings.config)
-        result = sim.run(self.job_range(window), (window.start, window.stop))
+        result = self._simulate_result(policy, window)
         wall = time.perf_counter() - t0
         spec = self.settings.reward
         base_scores = spec.scores(self.base_metrics(window))
         # the reward's scores only (``window_means``: ``summarize_window``'s means and
         # utilization, the same floats, without its percentiles and model: a third of a
-        # millisecond an episode on Philly); any other metric from the whole summary
+        # millisecond an episode on Philly); its keys are the reward's metric names
         means = window_means(result, window)
-        if all(n in means for n in spec.metrics):
-            agent_scores = {n: means[n] for n in spec.metrics}
-        else:  # pragma: no cover - every RewardSpec metric is one of window_means' keys
-            agent_scores = spec.scores(summarize_window(result, window, excluded=self.excluded))
+        agent_scores = {n: means[n] for n in spec.metrics}
         return EpisodeResult(
             window=window,
             reward=spec.reward(base_scores, agent_scores),
