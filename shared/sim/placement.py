@@ -37,6 +37,10 @@ class Caps:
     mem: I64
     frac_blocked: np.ndarray  # nodes a fractional backfill job must not touch
     frac_blocked_set: set[int] = field(default_factory=set)  # the same nodes, for quick tests
+    #: textbook (count-based) EASY, ``SimConfig.reservation="count"``: the GPUs of the group that
+    #: jobs running past the reservation may still take (its "extra" GPUs); the per-node caps
+    #: above are then not applied. None: node-pinned caps.
+    count: int | None = None
 
     @staticmethod
     def unlimited(n: int) -> Caps:
@@ -53,10 +57,19 @@ class Caps:
         self.frac_blocked_set.add(i)
 
     def consume(self, a: Alloc) -> None:
+        if self.count is not None:
+            self.count -= count_demand(a)
+            return
         for k, i in enumerate(a.nodes):
             self.whole[i] -= a.whole[k] + (1 if a.frac_gpu >= 0 else 0)
             self.cpu[i] -= a.cpu[k]
             self.mem[i] -= a.mem[k]
+
+
+def count_demand(a: Alloc) -> int:
+    """What an allocation takes of a count-based reservation's extra GPUs: its whole GPUs, and
+    one for a share (it may take a whole free GPU)."""
+    return sum(a.whole) + (1 if a.frac_gpu >= 0 else 0)
 
 
 def _views(gs: GroupState, cap: Caps | None) -> tuple[I64, I64, I64]:

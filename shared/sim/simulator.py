@@ -54,12 +54,14 @@ from shared.sim.binding import BoundWorkload, nodes_needed
 from shared.sim.config import SimConfig
 from shared.sim.heads import Heads
 from shared.sim.partition import row_classes
+from shared.sim.pinning import repin
 from shared.sim.placement import (
     BestFit,
     Caps,
     FirstFit,
     Placer,
     alloc_fits,
+    count_demand,
     make_placer,
     share_fits,
     whole_gpus_fit,
@@ -356,6 +358,7 @@ class Simulator:
         replan = cfg.cpsat_reservations
         releases = NodeReleases()
         mode = cfg.backfill
+        count_mode = cfg.reservation == "count"
         max_res = cfg.max_reservations or 1 << 30
         static = not policy.dynamic
         static_keys = policy.keys(np.arange(n), 0.0) if static else None
@@ -437,9 +440,18 @@ class Simulator:
         all_blocked = False
         i = lo
 
+        # per group with a reservation known by its bound only (``cycle``'s ``bounds``): the jobs
+        # started there since; ``materialize`` adds them back to see the free state the reservation
+        # was made on, so that building the caps late pins what building them at once would
+        since_bound: dict[int, list[Alloc]] = {}
+
         def start_job(j: int, a: Alloc, now: float) -> None:
             nonlocal nq
             st.take(a)
+            if since_bound:
+                started_here = since_bound.get(a.group)
+                if started_here is not None:
+                    started_here.append(a)
             allocs[j] = a
             in_queue[j] = False
             nq -= 1
@@ -574,28 +586,13 @@ class Simulator:
                 return _Bound(j, INF, best, -1, None)
             return _Bound(j, max(best[0], now), best, hit, node_pick if hit < 0 else None)
 
-        def materialize(b: _Bound, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
-            """Turn a bound into the reservation (time and caps) that ``replay`` would find."""
-            j = b.job
-            need, c_, mm = gpus[j], cpu[j], mem[j]
-            if b.when == INF:
-                return INF
-            if b.node_pick is not None:
-                (e, _), g, i, (w_at, c_at, m_at) = b.node_pick
-                cap = Caps.unlimited(st.groups[g].n)
-                cap.whole[i] = w_at - need
-                cap.cpu[i] = c_at - c_
-                cap.mem[i] = m_at - mm
-                cap.block_shares(i)
-                caps_out[g] = (b.when, cap)
-                return b.when
-            # a gang in group b.group: its nodes' free resources right after the bound's release;
-            # another group cannot hold j there (it would have given an earlier bound)
-            g = b.group
+        def changes_until(g: int, point: tuple[float, int]) -> dict[int, list[int]]:
+            """The free [whole GPUs, CPUs, memory] of group g's nodes that running jobs ending up
+            to ``point`` (in estimated-end order) release, per node they touch."""
             gs0 = st.groups[g]
             changes: dict[int, list[int]] = {}
             for e, r in run_by_group[g]:
-                if (e, r) > b.point:
+                if (e, r) > point:
                     break
                 a = allocs[r]
                 for t, i in enumerate(a.nodes):
@@ -605,15 +602,72 @@ class Simulator:
                     v[0] += a.whole[t]
                     v[1] += a.cpu[t]
                     v[2] += a.mem[t]
+            return changes
+
+        def at_time(g: int, when: float) -> tuple[I64, I64, I64]:
+            """Group g's free whole GPUs, CPUs and memory per node at ``when``: every running job
+            whose estimated end is up to then released (ties at ``when`` included, as are jobs
+            past their estimate when ``when`` is now). A reservation's pins and caps read this
+            state: what is free at its time, not only after the release that made the job fit."""
+            return st.groups[g].free_with(changes_until(g, (when, 1 << 62)))
+
+        def pinned(
+            g: int,
+            nodes: list[int],
+            takes: tuple[list[int], list[int], list[int]],
+            at: tuple[I64, I64, I64],
+            started: list[Alloc],
+        ) -> list[int]:
+            """A plan's nodes in group g re-pinned (``shared.sim.pinning``) against the free state
+            the reservation is made on: now, plus what ``started`` (jobs started in the group since
+            its bound) took."""
+            gs0 = st.groups[g]
+            if gs0.gfree is not None:
+                return nodes  # groups that track GPU shares keep the placer's nodes
+            now_w, now_c = gs0.whole, gs0.cpu
+            if started:
+                now_w, now_c = now_w.copy(), now_c.copy()
+                for a in started:
+                    if a.group == g:
+                        for t, i in enumerate(a.nodes):
+                            now_w[i] += a.whole[t]
+                            now_c[i] += a.cpu[t]
+            return repin(nodes, takes[0], takes[1], takes[2], now_w, now_c, at[0], at[1], at[2])
+
+        def materialize(
+            b: _Bound, now: float, caps_out: dict[int, tuple[float, Caps]], started: list[Alloc]
+        ) -> float:
+            """Turn a bound into the reservation (time and caps) that ``replay`` would find."""
+            j = b.job
+            need, c_, mm = gpus[j], cpu[j], mem[j]
+            if b.when == INF:
+                return INF
+            if b.node_pick is not None:
+                _, g, i, _ = b.node_pick
+                at = at_time(g, b.when)
+                (i,) = pinned(g, [i], ([need], [c_], [mm]), at, started)
+                cap = Caps.unlimited(st.groups[g].n)
+                cap.whole[i] = at[0][i] - need
+                cap.cpu[i] = at[1][i] - c_
+                cap.mem[i] = at[2][i] - mm
+                cap.block_shares(i)
+                caps_out[g] = (b.when, counted(cap, g, b.when, j))
+                return b.when
+            # a gang in group b.group: its nodes' free resources right after the bound's release;
+            # another group cannot hold j there (it would have given an earlier bound)
+            g = b.group
+            gs0 = st.groups[g]
+            changes = changes_until(g, b.point)
             G = gs0.G
             if direct_gangs and need > G > 0 and need % G == 0 and slack == 0 and gs0.gfree is None:
-                return whole_node_plan(b, g, changes, now, caps_out)
+                return whole_node_plan(b, g, changes, now, caps_out, started)
             scratch = _Scratch([None] * len(st.groups))
             scratch.groups[g] = gs0.overlaid(changes)
             plan = placer.place(scratch, need, WHOLE_GPU_MILLI, c_, mm, (g,), None, slack)  # type: ignore[arg-type]
             if plan is None:
-                return replay(j, now, caps_out)  # CPUs or memory bind: rare, replay from the start
-            return cap_plan(plan, scratch, b.when, caps_out)
+                # CPUs or memory bind: rare, replay from the start
+                return replay(j, now, caps_out, started)
+            return cap_plan(plan, scratch, b.when, caps_out, started)
 
         def whole_node_plan(
             b: _Bound,
@@ -621,6 +675,7 @@ class Simulator:
             changes: dict[int, list[int]],
             now: float,
             caps_out: dict[int, tuple[float, Caps]],
+            started: list[Alloc],
         ) -> float:
             """``materialize`` of a gang of k whole nodes under best-fit, without the scratch copy
             and the placer's gang walk: what that walk returns, read off the arrays.
@@ -643,24 +698,29 @@ class Simulator:
                 usable = np.minimum(usable, mems * need // mm)
             full = np.flatnonzero(usable >= G)[:k].tolist()
             if len(full) < k:
-                return replay(j, now, caps_out)  # CPUs or memory bind: rare, replay from the start
+                # CPUs or memory bind: rare, replay from the start
+                return replay(j, now, caps_out, started)
             c_part = -(-c_ * G // need)
             m_part = -(-mm * G // need)
+            whole, cpus, mems = at = at_time(g, b.when)
+            full = pinned(g, full, ([G] * k, [c_part] * k, [m_part] * k), at, started)
             cap = Caps.unlimited(gs0.n)
             for i in full:
                 cap.whole[i] = whole[i] - G
                 cap.cpu[i] = cpus[i] - c_part
                 cap.mem[i] = mems[i] - m_part
                 cap.block_shares(i)
-            caps_out[g] = (b.when, cap)
+            caps_out[g] = (b.when, counted(cap, g, b.when, j))
             return b.when
 
         def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
             """Earliest estimated start of blocked job j and the caps that protect it."""
             b = bound(j, now)
-            return replay(j, now, caps_out) if b is None else materialize(b, now, caps_out)
+            return replay(j, now, caps_out, []) if b is None else materialize(b, now, caps_out, [])
 
-        def replay(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
+        def replay(
+            j: int, now: float, caps_out: dict[int, tuple[float, Caps]], started: list[Alloc]
+        ) -> float:
             """``reserve`` the plain way: running jobs are released, in order of estimated end, on
             a scratch copy of j's groups until j fits (the reference for every shortcut)."""
             gset = groups_of[j]
@@ -677,7 +737,7 @@ class Simulator:
                     return INF
                 e_fit, plan, scratch, rest = found
                 if plan is not None:
-                    return cap_plan(plan, scratch, max(e_fit, now), caps_out)
+                    return cap_plan(plan, scratch, max(e_fit, now), caps_out, started)
                 runs = run_sorted[rest:]  # the fit test passed but j did not fit: go on the plain way
             else:
                 for g in gset:
@@ -708,7 +768,7 @@ class Simulator:
                     break
             if plan is None:
                 return INF
-            return cap_plan(plan, scratch, when, caps_out)
+            return cap_plan(plan, scratch, when, caps_out, started)
 
         def replay_light(
             gset: tuple[int, ...], need: int, m: int, c_: int, mm: int, node_test: bool, share_test: bool
@@ -812,14 +872,24 @@ class Simulator:
             return None
 
         def cap_plan(
-            plan: Alloc, scratch: _Scratch, when: float, caps_out: dict[int, tuple[float, Caps]]
+            plan: Alloc,
+            scratch: _Scratch,
+            when: float,
+            caps_out: dict[int, tuple[float, Caps]],
+            started: list[Alloc],
         ) -> float:
-            """Record a reservation: later jobs may take on the plan's nodes only what leaves the
-            plan room at ``when`` (free there on the scratch minus the plan)."""
+            """Record a reservation: later jobs may take on the plan's nodes (re-pinned where the
+            placer chose nodes free now: ``pinned``) only what leaves the plan room at ``when``
+            (free there on the scratch minus the plan)."""
             gs = scratch.groups[plan.group]
             assert gs is not None
+            nodes = plan.nodes
+            free_w, free_c, free_m = gs.whole, gs.cpu, gs.mem
+            if gs.gfree is None:  # groups that track GPU shares keep the scratch's state
+                free_w, free_c, free_m = at = at_time(plan.group, when)
+                nodes = pinned(plan.group, nodes, (plan.whole, plan.cpu, plan.mem), at, started)
             cap = Caps.unlimited(gs.n)
-            for k, i in enumerate(plan.nodes):
+            for k, i in enumerate(nodes):
                 extra = 0
                 if (
                     plan.frac_gpu >= 0
@@ -827,12 +897,40 @@ class Simulator:
                     and gs.gfree[i, plan.frac_gpu] == WHOLE_GPU_MILLI
                 ):
                     extra = 1
-                cap.whole[i] = gs.whole[i] - plan.whole[k] - extra
-                cap.cpu[i] = gs.cpu[i] - plan.cpu[k]
-                cap.mem[i] = gs.mem[i] - plan.mem[k]
+                cap.whole[i] = free_w[i] - plan.whole[k] - extra
+                cap.cpu[i] = free_c[i] - plan.cpu[k]
+                cap.mem[i] = free_m[i] - plan.mem[k]
                 cap.block_shares(i)
+            cap.count = count_extra(plan.group, when, plan) if count_mode else None
             caps_out[plan.group] = (when, cap)
             return when
+
+        def count_extra(g: int, when: float, plan: Alloc) -> int:
+            """Textbook EASY's extra GPUs of a reservation in group g at ``when``: free now, plus
+            what running jobs with estimated ends up to ``when`` release, minus the plan."""
+            free = st.groups[g].free_whole
+            for e, r in run_by_group.get(g, ()):
+                if e > when:
+                    break
+                free += count_demand(allocs[r])
+            return free - count_demand(plan)
+
+        def counted(cap: Caps, g: int, when: float, j: int) -> Caps:
+            """``cap`` with its count set in count mode (``count_extra`` of job j's whole GPUs)."""
+            if count_mode:
+                cap.count = count_extra(g, when, Alloc(g, [], [gpus[j]], [], []))
+            return cap
+
+        def place_under(j: int, gset: tuple[int, ...], caps: dict[int, Caps] | None) -> Alloc | None:
+            """Place job j now under the reservations it would run past (``caps``): node caps,
+            or in count mode only the groups whose extra GPUs hold it."""
+            if caps and count_mode:
+                need = gpus[j] if milli[j] >= WHOLE_GPU_MILLI else 1
+                gset = tuple(g for g in gset if g not in caps or (caps[g].count or 0) >= need)
+                if not gset:
+                    return None
+                caps = None
+            return placer.place(st, gpus[j], milli[j], cpu[j], mem[j], gset, caps, slack)
 
         def candidates(now: float, shape_blocked: set[int]) -> tuple[I64, FloatArray, int]:
             """The queued jobs a cycle must visit, with their sort keys (arrival order).
@@ -1153,7 +1251,7 @@ class Simulator:
                     capped = tuple(g for g in gset if g in reserved and finish > reserved[g][0])
                     if capped:
                         caps = {g: reserved[g][1] for g in capped}
-                a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
+                a = place_under(j, gset, caps)
                 if a is not None:
                     start_job(j, a, now)
                     if capped and a.group in capped:
@@ -1242,6 +1340,7 @@ class Simulator:
             # nor the plan (it is released before the fit in the replay), so the caps are built
             # (``materialize``) only when a job that may run past the bound wants its groups.
             bounds: dict[int, _Bound] = {}  # group -> its reservation, known by a bound only
+            since_bound.clear()
 
             def settle(gset: tuple[int, ...], finish: float) -> None:
                 """Make the reservations on ``gset`` exact where a job running until ``finish``
@@ -1257,11 +1356,14 @@ class Simulator:
                         else:
                             for g2 in groups_of[h]:
                                 bounds[g2] = b
+                                since_bound[g2] = []
                     b = bounds.get(g)
                     if b is not None and finish >= b.when:
+                        started: list[Alloc] = []
                         for g2 in groups_of[b.job]:
                             bounds.pop(g2, None)
-                        materialize(b, now, reserved)
+                            started += since_bound.pop(g2, [])
+                        materialize(b, now, reserved, started)
 
             if by_class and nq > bucket_queue and batch_placer is None and retire:
                 return class_heads_cycle(now, shape_blocked, try_reserve, settle, reserved)
@@ -1348,7 +1450,7 @@ class Simulator:
                             pstats["held_back"] += 1
                             continue
                     if a is None:
-                        a = placer.place(st, gpus[j], milli[j], c_j, m_j, gset, caps, slack)
+                        a = place_under(j, gset, caps)
                     alive[p] = False
                     if a is not None:
                         start_job(j, a, now)

@@ -154,11 +154,13 @@ def test_direct_gang_plans_give_the_placer_plans(scenario: Scenario, policy: str
     _assert_switch_keeps_schedule(scenario, policy, "direct_gang_plans", replay_all=False)
 
 
-def test_whole_node_gang_reservation_takes_the_lowest_whole_nodes() -> None:
+def test_whole_node_gang_reservation_pins_the_nodes_freed_by_its_time() -> None:
     """Five 8-GPU nodes: 0 and 4 busy till 1,000 s, node 1 half busy till 100 s, nodes 2 and 3
     held by one gang till 200 s. The blocked 16-GPU job first fits at 200 s, when nodes 1, 2 and 3
-    are whole; its plan takes the two lowest ids, 1 and 2, so the long 8-GPU job that could start
-    on node 1 at 100 s must not (it would delay the reservation) and starts at 200 s on node 3."""
+    are whole. At 100 s node 1 is free now, nodes 2 and 3 only become free by 200 s: the plan pins
+    2 and 3 (``shared.sim.pinning``), so the long 8-GPU job starts on node 1 at 100 s without
+    delaying the reservation (pinning the two lowest ids, 1 and 2, would hold it till 200 s),
+    and the gang still starts at 200 s."""
     spec = cluster({"name": "g", "gpu_type": "A", "count": 5, "gpus": 8, "cpus": 64, "mem_gib": 512})
     jobs = table(
         job("a0", 0, 1000, 8),  # node 0
@@ -170,11 +172,13 @@ def test_whole_node_gang_reservation_takes_the_lowest_whole_nodes() -> None:
     )
     bound = bind_jobs(jobs, spec)
     starts = {}
-    for direct in (False, True):
+    for direct, core in ((False, "python"), (True, "python"), (True, "compiled")):
         sim = Simulator(bound, make_policy("fcfs"), SimConfig(oracle_runtimes=True))
         sim.direct_gang_plans = direct
+        sim.core = core
         res = sim.run()
-        starts[direct] = dict(zip(res.jobs.ids.tolist(), res.start.tolist(), strict=True))
-    assert starts[True] == starts[False]
-    assert starts[True]["big"] == 200.0
-    assert starts[True]["long"] == 200.0
+        starts[direct, core] = dict(zip(res.jobs.ids.tolist(), res.start.tolist(), strict=True))
+    first = starts[True, "python"]
+    assert all(s == first for s in starts.values())
+    assert first["big"] == 200.0
+    assert first["long"] == 100.0

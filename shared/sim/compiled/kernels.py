@@ -1504,8 +1504,8 @@ def _reserve(
     SW, SC, SM, shist, sfree, SGF, SMF = SS
     capw, capc, capm, capblk = caps
     rk, rj, ctr = run[3], run[4], run[5]
-    a_ptr, p_node, p_w, p_c, p_m, p_mask = pool
-    nodes_used, job_group, job_frac = st[2], st[3], st[4]
+    a_ptr, p_node = pool[0], pool[1]
+    nodes_used, job_group = st[2], st[3]
     onode, ow, oc, om = buf[7], buf[8], buf[9], buf[10]
     gc = ji[j, I_GCLASS]
     need = ji[j, I_GPUS]
@@ -1535,6 +1535,7 @@ def _reserve(
     found_g = -1
     cnt = 0
     when = INF
+    s_fit = ctr[1]
     for s in range(ctr[1]):
         r = rj[s]
         g = job_group[r]
@@ -1542,20 +1543,7 @@ def _reserve(
             continue
         p0 = a_ptr[r]
         rc = nodes_used[r]
-        _take(
-            g,
-            rc,
-            p_node[p0:],
-            p_w[p0:],
-            p_c[p0:],
-            p_m[p0:],
-            p_mask[p0:],
-            job_frac[r],
-            ji[r, I_MILLI],
-            geo,
-            SS,
-            1,
-        )
+        _release_on(r, ji, geo, SS, st, pool)
         if node_test:
             ok = False
             for z in range(rc):
@@ -1581,6 +1569,7 @@ def _reserve(
         found_g, cnt = _place(need, m, c, mm, gc, cg_ptr, cg_idx, noflag, best, slack, geo, SS, caps, buf)
         if found_g >= 0:
             when = max(rk[s], now)
+            s_fit = s
             break
     for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
         ingset[cg_idx[q]] = False
@@ -1589,6 +1578,16 @@ def _reserve(
     # cap_plan: later jobs may take on the plan's nodes only what leaves the plan room at ``when``
     g = found_g
     frac = buf[12][0]
+    if not track[g]:
+        # pins and caps read the group's state at ``when``: every running job whose estimated
+        # end is up to then released (``Simulator``'s ``at_time``)
+        for s in range(s_fit + 1, ctr[1]):
+            if rk[s] > when:
+                break
+            r = rj[s]
+            if job_group[r] == g:
+                _release_on(r, ji, geo, SS, st, pool)
+        _repin(g, cnt, onode, ow, oc, om, geo, S, SS)
     for t in range(gn[g]):
         i = gbase[g] + t
         capw[i] = BIG
@@ -1604,3 +1603,72 @@ def _reserve(
         capblk[i] = True
     res_when[g] = when
     return when
+
+
+@njit(cache=True)
+def _overlap(i, w, c, W, C, SW, SC):
+    """What a take of w GPUs (c CPUs when w is 0) on node i overlaps of the node's free now."""
+    if w:
+        return max(0, w - (SW[i] - W[i]))
+    return max(0, c - (SC[i] - C[i]))
+
+
+@njit(cache=True)
+def _repin(g, cnt, onode, ow, oc, om, geo, S, SS):
+    """``shared.sim.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
+    group g, in place: S holds the free state now, SS the state at the reservation time."""
+    gbase, gn = geo[0], geo[1]
+    W, C = S[0], S[1]
+    SW, SC, SM = SS[0], SS[1], SS[2]
+    span = W.shape[0] + 1
+    keys = np.empty(cnt, dtype=np.int64)
+    for z in range(cnt):
+        keys[z] = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC) * span + onode[z]
+    visit = np.argsort(-keys)  # overlap, largest first, then the highest id (keys are distinct)
+    mark = np.zeros(0, dtype=np.bool_)
+    for v in range(cnt):
+        z = visit[v]
+        ov = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC)
+        if ov == 0:
+            break
+        if mark.shape[0] == 0:
+            mark = np.zeros(gn[g], dtype=np.bool_)
+            for y in range(cnt):
+                mark[onode[y] - gbase[g]] = True
+        w, c, m = ow[z], oc[z], om[z]
+        best_ov = ov
+        best_i = -1
+        for t in range(gn[g]):
+            if mark[t]:
+                continue
+            i = gbase[g] + t
+            if SW[i] >= w and SC[i] >= c and SM[i] >= m:
+                o = _overlap(i, w, c, W, C, SW, SC)
+                if o < best_ov:
+                    best_ov = o
+                    best_i = i
+        if best_i >= 0:
+            mark[onode[z] - gbase[g]] = False
+            mark[best_i - gbase[g]] = True
+            onode[z] = best_i
+
+
+@njit(cache=True)
+def _release_on(r, ji, geo, SS, st, pool):
+    """Give running job r's allocation back on the scratch state SS (a reservation's replay)."""
+    a_ptr, p_node, p_w, p_c, p_m, p_mask = pool
+    p0 = a_ptr[r]
+    _take(
+        st[3][r],
+        st[2][r],
+        p_node[p0:],
+        p_w[p0:],
+        p_c[p0:],
+        p_m[p0:],
+        p_mask[p0:],
+        st[4][r],
+        ji[r, I_MILLI],
+        geo,
+        SS,
+        1,
+    )

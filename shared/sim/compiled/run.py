@@ -79,6 +79,8 @@ def unsupported(sim: Simulator, record_reservations: bool) -> str | None:
         return "numba is not installed"
     if record_reservations:
         return "record_reservations (the Python loop records them)"
+    if sim.cfg.reservation != "nodes" and sim.cfg.backfill == "easy":
+        return f"reservation={sim.cfg.reservation!r} (compiled: node-pinned reservations)"
     if sim.batch_placer is not None or type(sim.placer) not in (FirstFit, BestFit):
         return f"placement {sim.placer.name!r} (compiled: first-fit, best-fit)"
     for name in _SHORTCUTS:
