@@ -29,9 +29,36 @@ class FCFS(Policy):
         return np.zeros(len(self.ctx.submit), dtype=np.int64)
 
 
-class SJF(Policy):
-    """Shortest (estimated) job first; ties go to fewer GPUs, then arrival.
+#: SJF keys: whole seconds of the runtime take the bits above these, the GPU count these
+SJF_GPU_BITS = 20
+#: the largest GPU count SJF tells apart (wider jobs tie with it, then go by arrival)
+SJF_MAX_GPUS = 2**SJF_GPU_BITS - 1
+#: the largest whole-second runtime SJF tells apart (about 272 years; longer ones tie with it)
+SJF_MAX_SECONDS = 2 ** (53 - SJF_GPU_BITS) - 1
 
+
+def sjf_keys(runtime: FloatArray, gpus: IntArray) -> FloatArray:
+    """SJF's keys: ``floor(runtime) x 2^20 + GPUs``, an exact integer in a float64.
+
+    The order is lexicographic: whole seconds first, then fewer GPUs (ties then go to the earlier
+    arrival, as for every key). Both parts are clamped, ``floor(runtime)`` to
+    ``0 .. SJF_MAX_SECONDS`` (2^33 - 1 s) and GPUs to ``0 .. SJF_MAX_GPUS`` (2^20 - 1), so the key
+    is an integer below 2^53 (``SJF_MAX_SECONDS x 2^20 + SJF_MAX_GPUS = 2^53 - 1``), which a
+    float64 holds exactly: no rounding ever merges or swaps two keys, and a shorter job always
+    precedes a longer one whatever their widths. (The earlier ``floor(runtime) + GPUs / 1000`` let
+    a 101 s job on 53 GPUs, 101.053, go before a 100 s job on 1,100, 101.1.) A NaN runtime gives a
+    NaN key, as before.
+    """
+    seconds = np.clip(np.floor(runtime), 0.0, float(SJF_MAX_SECONDS))
+    width = np.clip(gpus, 0, SJF_MAX_GPUS).astype(np.float64)
+    key: FloatArray = seconds * float(2**SJF_GPU_BITS) + width
+    return key
+
+
+class SJF(Policy):
+    """Shortest (estimated) job first; ties (same whole seconds) go to fewer GPUs, then arrival.
+
+    The keys are exact integers (``sjf_keys``): floor(estimate) x 2^20 + GPUs.
     ``oracle=True`` orders by the true runtime (the reference's clairvoyant SJF).
     """
 
@@ -45,9 +72,7 @@ class SJF(Policy):
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         jobs = self.ctx.workload.jobs
         runtime = jobs.runtime if self.oracle else self.ctx.estimate
-        # GPUs as a tie-break: a fraction of a second per GPU never reorders distinct runtimes
-        key: FloatArray = np.floor(runtime[idx]) + jobs.gpus[idx] * 1e-3
-        return key
+        return sjf_keys(runtime[idx], jobs.gpus[idx])
 
     def order_classes(self) -> IntArray | None:
         if type(self).keys is not SJF.keys:

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
+from shared.policies.classic import sjf_keys
 from shared.policies.multifactor import MultifactorWeights
 from shared.schemas.snapshot import WHOLE, PendingJobs
 
@@ -77,8 +78,7 @@ def snapshot_keys(
     est = np.array(jobs.est_runtime_s, dtype=np.float64).reshape(n)
     gpus = np.array(jobs.gpus, dtype=np.int64).reshape(n)
     if policy == "sjf":
-        key: FloatArray = np.floor(est) + gpus * 1e-3
-        return key
+        return sjf_keys(est, gpus)  # as ``SJF.keys``: exact integers, seconds then GPUs
     wait = np.maximum(now - submit, 0.0)
     est1 = np.maximum(est, 1.0)
     wide = np.maximum(gpus, 1)
@@ -86,7 +86,7 @@ def snapshot_keys(
         ratio = wait / est1
         return -(ratio * ratio * ratio) * wide  # as ``WFP3.keys`` (no SIMD pow)
     if policy == "unicep":
-        key = -wait / (np.log2(wide + 1.0) * est1)
+        key: FloatArray = -wait / (np.log2(wide + 1.0) * est1)
         return key
     if policy == "f1":
         sub = np.maximum(submit - f1_origin_s, 1.0)

@@ -16,6 +16,7 @@ from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.domain.jobs import JobTable, build_table
 from shared.policies import POLICY_NAMES, PolicyContext, make_policy
 from shared.policies.base import Policy
+from shared.policies.classic import SJF_MAX_GPUS, SJF_MAX_SECONDS, sjf_keys
 from shared.policies.multifactor import MultifactorWeights, SlurmMultifactor
 from shared.sim.binding import bind_jobs
 
@@ -84,23 +85,61 @@ def test_fcfs_keys_are_submit_times() -> None:
     np.testing.assert_array_equal(p.keys(ALL, 5000.0), [0.0, 100.0, 400.0, 900.0])
 
 
-# SJF: floor(estimate) + GPUs / 1000
-#   j0 floor(100.7) + 0.002 = 100.002;  j1 floor(100.2) + 0.001 = 100.001
-#   j2 1000 + 0.004 = 1000.004;          j3 floor(0.5) + 0.001 = 0.001
+# SJF: floor(estimate) x 2^20 + GPUs (2^20 = 1,048,576), an exact integer
+#   j0 100 x 2^20 + 2 = 104,857,602;   j1 100 x 2^20 + 1 = 104,857,601
+#   j2 1000 x 2^20 + 4 = 1,048,576,004; j3 0 x 2^20 + 1 = 1
 # j0 and j1 tie on the floored estimate: the 1-GPU job (j1) goes first although it came later.
 def test_sjf_keys_and_gpu_tie_break() -> None:
     p = bound_policy("sjf", queue())
     keys = p.keys(ALL, 0.0)
-    np.testing.assert_allclose(keys, [100.002, 100.001, 1000.004, 0.001], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(keys, [104_857_602.0, 104_857_601.0, 1_048_576_004.0, 1.0])
     assert order(keys) == [3, 1, 0, 2]
 
 
-# sjf-oracle: floor(runtime) + GPUs / 1000 = 500.002, 20.001, 1000.004, 60.001 -> 1, 3, 0, 2
+# sjf-oracle: floor(runtime) x 2^20 + GPUs: 500 -> 524,288,002; 20 -> 20,971,521;
+# 1000 -> 1,048,576,004; 60 -> 62,914,561 -> order 1, 3, 0, 2
 def test_sjf_oracle_uses_true_runtimes() -> None:
     p = bound_policy("sjf-oracle", queue())
     keys = p.keys(ALL, 0.0)
-    np.testing.assert_allclose(keys, [500.002, 20.001, 1000.004, 60.001], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(keys, [524_288_002.0, 20_971_521.0, 1_048_576_004.0, 62_914_561.0])
     assert order(keys) == [1, 3, 0, 2]
+
+
+# The old key floor(estimate) + GPUs / 1000 put a 101 s job on 53 GPUs (101.053) before a 100 s
+# job on 1,100 (100 + 1.1 = 101.1): a width of 1,000 GPUs or more spilled into the seconds.
+#   a 101 s, 53 GPUs:    101 x 2^20 + 53    = 105,906,229
+#   b 100 s, 1,100 GPUs: 100 x 2^20 + 1,100 = 104,858,700 -> b first
+#   c 100.9 s, 4 GPUs:   100 x 2^20 + 4     = 104,857,604 -> before b (same second, fewer GPUs)
+#   d 100.2 s, 4 GPUs:   the same key as c -> after c (arrival)
+def test_sjf_never_mixes_width_into_seconds() -> None:
+    jobs = build_table(
+        ids=["a", "b", "c", "d"],
+        submit=[0.0, 1.0, 2.0, 3.0],
+        runtime=[101.0, 100.0, 100.9, 100.2],
+        estimate=[101.0, 100.0, 100.9, 100.2],
+        gpus=[53, 1100, 4, 4],
+    )
+    group = {"name": "g", "gpu_type": "V100", "count": 32, "gpus": 64, "cpus": 256, "mem_gib": 4096}
+    big = parse_cluster_spec({"name": "big", "node_groups": [group]}, "test")  # 2,048 GPUs
+    p = bound_policy("sjf", context(jobs, big))
+    keys = p.keys(ALL, 0.0)
+    np.testing.assert_array_equal(keys, [105_906_229.0, 104_858_700.0, 104_857_604.0, 104_857_604.0])
+    assert order(keys) == [2, 3, 1, 0]
+    classes = p.order_classes()
+    assert classes is not None and classes[2] == classes[3] and len(set(classes.tolist())) == 3
+
+
+# The bounds: floor(runtime) is clamped to 0 .. 2^33 - 1 s and GPUs to 0 .. 2^20 - 1, so every key
+# is an integer below 2^53, exact in a float64 (neighbours stay one apart at the top).
+def test_sjf_keys_are_exact_at_their_bounds() -> None:
+    runtime = np.array([2.0**33 - 1, 2.0**33 - 1, 2.0**40, np.inf, -5.0, 0.99, np.nan])
+    gpus = np.array([2**20 - 2, 2**20 - 1, 2**21, 3, 3, 3, 1], dtype=np.int64)
+    keys = sjf_keys(runtime, gpus)
+    top = 2**53 - 1
+    assert keys[:4].tolist() == [top - 1, top, top, (2**33 - 1) * 2**20 + 3]
+    assert keys[4:6].tolist() == [3.0, 3.0]  # negative and sub-second runtimes count as 0 s
+    assert np.isnan(keys[6])  # no runtime, no key (as before)
+    assert (SJF_MAX_SECONDS, SJF_MAX_GPUS) == (2**33 - 1, 2**20 - 1)
 
 
 # WFP3: key = -(wait / max(estimate, 1))^3 x max(GPUs, 1), with the wait at the current time.

@@ -53,6 +53,25 @@ def test_sjf_and_wfp3_by_hand() -> None:
     assert priorities_from_keys(keys, submit).tolist() == [1.0, 4.0, 3.0, 2.0]
 
 
+def test_sjf_keys_are_exact_seconds_then_gpus() -> None:
+    """floor(est) x 2^20 + GPUs: a 100 s job on 1,100 GPUs before a 101 s job on 53 (the old
+    floor(est) + GPUs / 1000 gave 101.1 > 101.053); equal seconds go to fewer GPUs, then to the
+    earlier submit."""
+    jobs = PendingJobs.of(
+        [
+            pend("a", 53, est=101.0, submit=0.0),
+            pend("b", 1100, est=100.0, submit=1.0),
+            pend("c", 4, est=100.9, submit=3.0),
+            pend("d", 4, est=100.2, submit=2.0),
+        ]
+    )
+    keys = snapshot_keys("sjf", jobs, 10.0)
+    assert keys.tolist() == [101 * 2**20 + 53, 100 * 2**20 + 1100, 100 * 2**20 + 4, 100 * 2**20 + 4]
+    submit = np.array([j.submit_s for j in jobs])
+    # order d (100 s, 4 GPUs, submitted first), c, b, a: Q = 4 for the first, 1 for the last
+    assert priorities_from_keys(keys, submit).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
 def test_keys_equal_the_simulators_policies() -> None:
     """Same jobs, same clock: every snapshot-computable policy gives the simulator policy's keys."""
     spec = load_cluster_spec("embedded")
@@ -67,6 +86,8 @@ def test_keys_equal_the_simulators_policies() -> None:
         expected = policy.keys(idx, now)
         got = snapshot_keys(name, pending, now, spec)
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-9, err_msg=name)
+        if name == "sjf":  # exact integers: equal, not merely close
+            np.testing.assert_array_equal(got, expected)
 
 
 def test_policies_a_snapshot_cannot_compute() -> None:
