@@ -123,7 +123,11 @@ def simulate_command(
         ),
     ] = False,
     baseline: Annotated[
-        str | None, typer.Option(help="policy the others are compared to (default: first)")
+        str | None,
+        typer.Option(
+            help="row the others are compared to, a policy (policy@placement in an ablation); "
+            "default: the first"
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="folder for the JSON report and the PNG plots")] = Path(
         "hylo-out"
@@ -167,6 +171,16 @@ def simulate_command(
         except ValueError as err:
             raise fail(str(err)) from None
 
+    factories: dict[str, PolicyFactory] = {}
+    if model is not None:
+        learned_name, factory = _learned(model)
+        factories[learned_name] = factory
+        names.append(learned_name)
+    ablation = len(placements) > 1
+    rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
+    if baseline is not None and baseline not in rows:  # checked before anything runs
+        raise fail(f"unknown --baseline {baseline!r}; choose from {', '.join(rows)}")
+
     t0 = time.perf_counter()
     with console.status("loading workload"):
         work = _load(trace, cluster, jobs, seed, estimates, node_slack, load)
@@ -192,14 +206,7 @@ def simulate_command(
         f"warm-up={'one continuous run' if warmup is None else f'{warmup} jobs per window'}"
     )
 
-    factories: dict[str, PolicyFactory] = {}
-    if model is not None:
-        learned_name, factory = _learned(model)
-        factories[learned_name] = factory
-        names.append(learned_name)
     progress = progress_bar()
-    ablation = len(placements) > 1
-    rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
     per_policy: dict[str, list[WindowMetrics]] = {}
     runs: dict[str, list[SimResult]] = {}
     with progress:
@@ -222,6 +229,7 @@ def simulate_command(
         per_policy, baseline=baseline or rows[0], seed=seed, title=f"{work.name} on {spec.name}"
     )
     console.print(comparison.table(compact=True))
+    console.print(comparison.load_table())
     out.mkdir(parents=True, exist_ok=True)
     report = comparison.to_dict()
     report["setup"] = {

@@ -15,6 +15,7 @@ from shared.metrics.report import PolicyComparison
 from shared.metrics.specs import (
     DEFAULT_PLOT_METRICS,
     DEFAULT_TABLE_METRICS,
+    LOAD_METRICS,
     METRICS,
     MetricSpec,
     get_spec,
@@ -28,12 +29,13 @@ from shared.metrics.summary import (
     window_means,
 )
 from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting, integrate_steps
-from shared.metrics.windows import Window, chronological_split, make_windows
+from shared.metrics.windows import Window, chronological_split, excluded_in_window, make_windows
 
 __all__ = [
     "DEFAULT_BSLD_BOUND_S",
     "DEFAULT_PLOT_METRICS",
     "DEFAULT_TABLE_METRICS",
+    "LOAD_METRICS",
     "METRICS",
     "BootstrapCI",
     "DistStats",
@@ -49,6 +51,7 @@ __all__ = [
     "box_plot",
     "busy_gpu_seconds",
     "chronological_split",
+    "excluded_in_window",
     "get_spec",
     "idle_gpu_seconds_while_waiting",
     "integrate_steps",

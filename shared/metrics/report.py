@@ -31,6 +31,7 @@ from shared.metrics.plots import box_plot, wait_cdf_plot
 from shared.metrics.specs import (
     DEFAULT_PLOT_METRICS,
     DEFAULT_TABLE_METRICS,
+    LOAD_METRICS,
     MetricSpec,
     display_unit,
     extract,
@@ -204,6 +205,37 @@ class PolicyComparison:
             table.add_row(*cells)
         return table
 
+    def load_table(self) -> Table:
+        """How loaded the windows were: per policy the mean [CI] over windows of GPU utilization,
+        mean queue length and share of time with a non-empty queue, each over the window's own
+        span (first to last arrival; ``summarize_window``). A queue that is rarely empty says the
+        cluster was loaded whatever the utilization (fragmentation, GPU types); one that is always
+        empty, that no policy could do much."""
+        pct = round(self.ci * 100)
+        table = Table(
+            title="Load over each window's span (first to last arrival)",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            caption=f"mean over {self.n_windows} windows [{pct}% bootstrap CI]; queue: jobs waiting, "
+            "the window's or not",
+        )
+        table.add_column("Policy", style="bold")
+        specs = [get_spec(k) for k in LOAD_METRICS]
+        headers = {
+            "utilization": "GPU utilization\n(%)",
+            "queue_mean": "Mean queue\n(jobs)",
+            "queued_frac": "Queue non-empty\n(% of time)",
+        }
+        for spec in specs:
+            table.add_column(headers.get(spec.key, spec.title), justify="right")
+        for policy in self.policies:
+            cells: list[str | Text] = [policy]
+            for spec in specs:
+                unit, scale = display_unit(spec, extract(spec, self.windows[policy]))
+                cells.append(self._value_cell(self.summary(spec.key, policy), unit, scale))
+            table.add_row(*cells)
+        return table
+
     @staticmethod
     def _value_cell(s: BootstrapCI, unit: str, scale: float) -> Text:
         """Mean on the first line, its interval dimmed on the second (keeps columns narrow)."""
@@ -241,6 +273,7 @@ class PolicyComparison:
             policies[policy] = {
                 "totals": self._totals(policy),
                 "metrics": metrics,
+                "load": {k: self.summary(k, policy).to_dict() for k in LOAD_METRICS},
                 "windows": [w.to_json_dict() for w in self.windows[policy]],
             }
         out = {

@@ -60,6 +60,15 @@ METRICS: dict[str, MetricSpec] = {
             lambda m: m.idle_gpu_hours_while_waiting,
         ),
         MetricSpec("makespan", "Makespan", "Makespan", "time", True, lambda m: m.makespan_s),
+        MetricSpec("queue_mean", "Mean queue length", "Queue", "ratio", True, lambda m: m.queue_mean),
+        MetricSpec(
+            "queued_frac",
+            "Share of time with a non-empty queue",
+            "Queued",
+            "fraction",
+            True,
+            lambda m: m.queued_frac,
+        ),
     )
 }
 
@@ -71,6 +80,8 @@ DEFAULT_TABLE_METRICS: tuple[str, ...] = (
     "idle_frac_while_waiting",
 )
 DEFAULT_PLOT_METRICS: tuple[str, ...] = ("wait_mean", "jct_mean", "bsld_mean", "utilization")
+#: how loaded the windows were, over their own spans (``PolicyComparison.load_table``)
+LOAD_METRICS: tuple[str, ...] = ("utilization", "queue_mean", "queued_frac")
 
 _TIME_UNITS: tuple[tuple[str, float], ...] = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
 

@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.metrics.per_job import DEFAULT_BSLD_BOUND_S, JobMetrics, job_metrics
-from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting
+from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting, mean_over
 from shared.metrics.windows import Window
 from shared.sim.result import SimResult
 
 JobSelection: TypeAlias = Window | range | slice | npt.NDArray[Any] | list[int] | list[bool]
 
 PERCENTILES = (50.0, 95.0, 99.0)
+
+
+def _none_to_nan(value: Any) -> Any:
+    return float("nan") if value is None else value
+
+
+#: a float that JSON's ``null`` (how NaN is written) reads back as NaN
+NanFloat = Annotated[float, BeforeValidator(_none_to_nan)]
 
 
 class DistStats(BaseModel):
@@ -56,10 +64,18 @@ class WindowMetrics(BaseModel):
 
     Times in seconds, energy-like quantities in GPU-hours. ``wait_s`` is over started jobs,
     ``jct_s``/``bsld`` over finished jobs; ``n_unstarted``/``n_unfinished`` count the rest.
-    ``excluded`` is carried through from the caller (e.g. jobs dropped because no node could ever
-    fit them) so the report can say how many jobs the numbers do not cover. ``job_waits_s`` keeps
-    the per-job waits (NaN = never started) for CDF plots; it is left out of JSON to keep files
-    small.
+    ``excluded`` is carried through from the caller: the window's own jobs dropped at load or
+    binding time (e.g. because no node could ever fit them, ``excluded_in_window``), so the report
+    can say how many jobs the numbers do not cover and the sum over windows is a count of jobs.
+    ``job_waits_s`` keeps the per-job waits (NaN = never started) for CDF plots; it is left out of
+    JSON to keep files small.
+
+    Two intervals (``summarize_window``): the window's life ``[t0_s, t1_s]`` (first arrival to last
+    end: ``makespan_s``, ``busy_gpu_hours``, ``idle_gpu_hours_while_waiting``) and the window's own
+    span ``[t0_s, last_arrival_s]`` (first to last arrival), over which the shares and means are
+    time averages: ``utilization``, ``idle_frac_while_waiting``, ``queue_mean`` (jobs waiting,
+    the window's or not) and ``queued_frac`` (share of the span with a non-empty queue). The last
+    three default to NaN in summaries written before they existed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -79,10 +95,13 @@ class WindowMetrics(BaseModel):
     wait_s: DistStats
     jct_s: DistStats
     bsld: DistStats
+    last_arrival_s: NanFloat = float("nan")
     busy_gpu_hours: float
     utilization: float
     idle_gpu_hours_while_waiting: float
     idle_frac_while_waiting: float
+    queue_mean: NanFloat = float("nan")
+    queued_frac: NanFloat = float("nan")
     job_waits_s: tuple[float, ...] = Field(default=(), exclude=True, repr=False)
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -118,19 +137,29 @@ def selection_index(selection: JobSelection, n_jobs: int) -> IntArray:
 @dataclass(frozen=True)
 class _WindowCore:
     """What ``summarize_window`` computes before its percentiles and its model: the selected jobs'
-    metrics, the interval and the timeline's integrals."""
+    metrics, the two intervals (life ``[t0, t1]``, own span ``[t0, a1]``) and the timeline's
+    integrals and averages over them."""
 
     jm: JobMetrics
     n_masked: int
     t0: float
     t1: float
-    busy: float
-    idle_waiting: float
+    a1: float
+    busy: float  # GPU-seconds over [t0, t1]
+    idle_waiting: float  # GPU-seconds over [t0, t1]
     capacity: float
+    span_busy: float  # mean busy GPUs over [t0, a1]
+    span_idle_waiting: float  # mean GPUs idle while a job waits over [t0, a1]
+    span_queue: float  # mean queued jobs over [t0, a1]
+    span_queued: float  # share of [t0, a1] with a job waiting
 
     @property
     def denom(self) -> float:
         return self.capacity * (self.t1 - self.t0)
+
+    @property
+    def utilization(self) -> float:
+        return self.span_busy / self.capacity if self.capacity > 0 else float("nan")
 
 
 def _window_core(
@@ -147,15 +176,30 @@ def _window_core(
         raise ValueError("window selects no scored jobs (empty selection or all masked out)")
     jm = job_metrics(result, idx, bsld_bound=bsld_bound)
     t0 = float(jm.submit.min())
+    a1 = float(jm.submit.max())
     t1 = float(np.nanmax(result.end[idx])) if jm.finished.any() else t0
     if jm.n_unfinished and len(result.timeline_t):
         t1 = max(t1, float(result.timeline_t[-1]))
     capacity = float(result.capacity_gpus)
-    busy = busy_gpu_seconds(result.timeline_t, result.timeline_busy, t0, t1)
-    idle_waiting = idle_gpu_seconds_while_waiting(
-        result.timeline_t, result.timeline_busy, result.timeline_queued, capacity, t0, t1
+    t, busy_steps, queued = result.timeline_t, result.timeline_busy, result.timeline_queued
+    busy = busy_gpu_seconds(t, busy_steps, t0, t1)
+    idle_waiting = idle_gpu_seconds_while_waiting(t, busy_steps, queued, capacity, t0, t1)
+    waiting = np.asarray(queued) > 0
+    idle_steps = np.where(waiting, capacity - np.asarray(busy_steps, dtype=np.float64), 0.0)
+    return _WindowCore(
+        jm,
+        n_masked,
+        t0,
+        t1,
+        a1,
+        busy,
+        idle_waiting,
+        capacity,
+        span_busy=mean_over(t, busy_steps, t0, a1),
+        span_idle_waiting=mean_over(t, idle_steps, t0, a1),
+        span_queue=mean_over(t, queued, t0, a1),
+        span_queued=mean_over(t, waiting, t0, a1),
     )
-    return _WindowCore(jm, n_masked, t0, t1, busy, idle_waiting, capacity)
 
 
 def _finite_mean(values: FloatArray) -> float:
@@ -180,12 +224,11 @@ def window_means(
     cost about a third of a millisecond an episode, which the ~20 decisions of a paper-setting
     episode shared."""
     core = _window_core(result, selection, bsld_bound, respect_metric_mask)
-    denom = core.denom
     return {
         "wait": _finite_mean(core.jm.wait),
         "jct": _finite_mean(core.jm.jct),
         "bsld": _finite_mean(core.jm.bsld),
-        "utilization": core.busy / denom if denom > 0 else float("nan"),
+        "utilization": core.utilization,
     }
 
 
@@ -200,13 +243,24 @@ def summarize_window(
 ) -> WindowMetrics:
     """Summarize the selected jobs of ``result``.
 
-    The interval is ``[t0, t1]``: ``t0`` is the first submit of the window's jobs and ``t1`` their
-    last end, or the end of the recorded timeline when some never finished (the run was cut off, so
-    the window's work lasted at least that long). Utilization and idle-while-waiting integrate the
-    whole cluster's timeline over that interval: jobs from outside the window occupy GPUs too, and
-    a policy should get credit for keeping them busy. Jobs outside ``result.metric_mask`` (warm-up)
-    are dropped from the selection and counted in ``n_masked`` unless ``respect_metric_mask`` is
-    False.
+    ``t0`` is the first submit of the window's jobs. Two intervals start there:
+
+    - the window's own span ``[t0, a1]``, ``a1`` the last submit of its jobs. Utilization (busy
+      GPUs over capacity), the idle share while jobs wait, the mean queue length and the share of
+      time with a non-empty queue are time averages of the whole cluster's timeline over it (jobs
+      from outside the window occupy GPUs and wait too, and a policy should get credit for keeping
+      them busy). The span is the same for every policy, ends where the window's arrivals end (not
+      at its longest job's end, which on traces with month-long jobs made every window overlap its
+      successors and a loaded cluster look idle), and windows of consecutive jobs tile the trace's
+      arrival span. A span of length 0 (one job, or all arriving at once) gives the values of the
+      timeline step in force at ``t0``.
+    - the window's life ``[t0, t1]``, ``t1`` the last end of its jobs, or the end of the recorded
+      timeline when some never finished (the run was cut off, so the window's work lasted at least
+      that long): the makespan, and the totals, busy GPU-hours and idle GPU-hours while jobs wait
+      (the idle cost of the window's whole life, its queue's drain included).
+
+    Jobs outside ``result.metric_mask`` (warm-up) are dropped from the selection and counted in
+    ``n_masked`` unless ``respect_metric_mask`` is False.
     """
     if excluded < 0:
         raise ValueError(f"excluded must be >= 0, got {excluded}")
@@ -214,11 +268,8 @@ def summarize_window(
     if label is None:
         label = selection.label if isinstance(selection, Window) else ""
     jm, t0, t1, busy, idle_waiting = core.jm, core.t0, core.t1, core.busy, core.idle_waiting
-    span = t1 - t0
     capacity = core.capacity
-    denom = capacity * span
-    utilization = busy / denom if denom > 0 else float("nan")
-    idle_frac = idle_waiting / denom if denom > 0 else float("nan")
+    idle_frac = core.span_idle_waiting / capacity if capacity > 0 else float("nan")
 
     return WindowMetrics(
         label=label,
@@ -232,13 +283,16 @@ def summarize_window(
         bsld_bound_s=bsld_bound,
         t0_s=t0,
         t1_s=t1,
-        makespan_s=span,
+        makespan_s=t1 - t0,
+        last_arrival_s=core.a1,
         wait_s=DistStats.of(jm.wait),
         jct_s=DistStats.of(jm.jct),
         bsld=DistStats.of(jm.bsld),
         busy_gpu_hours=busy / 3600.0,
-        utilization=utilization,
+        utilization=core.utilization,
         idle_gpu_hours_while_waiting=idle_waiting / 3600.0,
         idle_frac_while_waiting=idle_frac,
+        queue_mean=core.span_queue,
+        queued_frac=core.span_queued,
         job_waits_s=tuple(jm.wait.tolist()),
     )

@@ -66,3 +66,24 @@ def idle_gpu_seconds_while_waiting(
         raise ValueError(f"timeline has {len(busy_arr)} busy values but {len(waiting)} queued values")
     idle = np.where(waiting, capacity - busy_arr, 0.0)
     return integrate_steps(t, idle, t0, t1)
+
+
+def value_at(t: npt.ArrayLike, values: npt.ArrayLike, at: float) -> float:
+    """The step function ``values`` at time ``at``: the last row with ``t[k] <= at`` (the state
+    after that cycle), 0 before the first row."""
+    times = np.asarray(t, dtype=np.float64)
+    vals = np.asarray(values, dtype=np.float64)
+    if len(vals) != len(times):
+        raise ValueError(f"timeline has {len(times)} times but {len(vals)} values")
+    k = int(np.searchsorted(times, at, side="right")) - 1
+    return float(vals[k]) if k >= 0 else 0.0
+
+
+def mean_over(t: npt.ArrayLike, values: npt.ArrayLike, t0: float, t1: float) -> float:
+    """Time average of the step function ``values`` over ``[t0, t1]``; for ``t1 == t0`` its value
+    at ``t0`` (the limit of the average as the interval shrinks to its start)."""
+    if t1 > t0:
+        return integrate_steps(t, values, t0, t1) / (t1 - t0)
+    if not t1 >= t0:
+        raise ValueError(f"interval end {t1} is before its start {t0}")
+    return value_at(t, values, t0)

@@ -9,11 +9,13 @@ learned policy from being tested on jobs that arrived before the ones it trained
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from shared.domain.jobs import IntArray
+from shared.domain.exclusions import Exclusion, count_between
+from shared.domain.jobs import FloatArray, IntArray
 
 
 @dataclass(frozen=True, order=True)
@@ -98,3 +100,22 @@ def make_windows(jobs: range, size: int, count: int, seed: int = 0, overlap: boo
     else:
         chosen = np.arange(n_candidates)
     return [Window(start=jobs.start + int(k) * step, size=size) for k in chosen]
+
+
+def excluded_in_window(exclusions: Iterable[Exclusion], submit: FloatArray, window: Window) -> int:
+    """How many jobs of ``window`` were left out at load or binding time.
+
+    A window of the kept jobs ``start .. stop - 1`` (``submit`` their submit times, sorted) owns
+    the left-out jobs submitted in ``[submit[start], submit[stop])``: from its first arrival up to
+    the next window's, the first window from the beginning of time and the last to its end. So
+    consecutive windows share no left-out job and windows covering the whole trace count every one
+    exactly once: summed over windows the counts add up, where the trace's total given to every
+    window multiplied it by their number. Left-out jobs with unknown submit times belong to no
+    window.
+    """
+    n = len(submit)
+    if window.start >= n:
+        raise IndexError(f"window {window.label} starts past the {n} jobs")
+    lo = -math.inf if window.start == 0 else float(submit[window.start])
+    hi = math.inf if window.stop >= n else float(submit[window.stop])
+    return count_between(exclusions, lo, hi)

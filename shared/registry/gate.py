@@ -363,7 +363,7 @@ def evaluate_gate(
         ref_runner = runner
         if ref_schema.hash != schema.hash:  # same workload and simulator, the reference's features
             ref_settings = replace(runner.settings, sampling=ref_schema.sampling)
-            ref_runner = EpisodeRunner(runner.workload, ref_settings, runner.excluded)
+            ref_runner = EpisodeRunner(runner.workload, ref_settings, runner.exclusions)
         ref_values = _learned_values(
             ref_runner, ref_model, ref_card.training.base_policy, windows, metric, settings.seed
         )

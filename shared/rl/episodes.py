@@ -9,13 +9,15 @@ normalized-gap reward (``shared.rl.reward``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from shared.domain.exclusions import Exclusion
 from shared.features import FeatureSampler, FeatureSchema, SamplingConfig
-from shared.metrics import Window, WindowMetrics, summarize_window, window_means
+from shared.metrics import Window, WindowMetrics, excluded_in_window, summarize_window, window_means
 from shared.model import ActorCritic
 from shared.policies import Policy, make_policy
 from shared.rl.policy import Decision, LearnedPolicy, Mode
@@ -63,10 +65,13 @@ class EpisodeSettings:
 class EpisodeRunner:
     """Simulates windows of one bound workload under the base policy and under the agent."""
 
-    def __init__(self, workload: BoundWorkload, settings: EpisodeSettings, excluded: int = 0) -> None:
+    def __init__(
+        self, workload: BoundWorkload, settings: EpisodeSettings, exclusions: Sequence[Exclusion] = ()
+    ) -> None:
         self.workload = workload
         self.settings = settings
-        self.excluded = excluded
+        #: the jobs left out at load and binding time: each window's summary counts its own
+        self.exclusions = tuple(exclusions)
         self._base_cache: dict[Window, WindowMetrics] = {}
 
     def job_range(self, window: Window) -> tuple[int, int]:
@@ -82,7 +87,8 @@ class EpisodeRunner:
         policy = make_policy(policy_or_name) if isinstance(policy_or_name, str) else policy_or_name
         result = self._simulate_result(policy, window)
         name = policy_or_name if isinstance(policy_or_name, str) else policy.describe()
-        metrics = summarize_window(result, window, excluded=self.excluded, label=window.label)
+        excluded = excluded_in_window(self.exclusions, self.workload.jobs.submit, window)
+        metrics = summarize_window(result, window, excluded=excluded, label=window.label)
         return metrics.model_copy(update={"policy": name})
 
     def base_metrics(self, window: Window) -> WindowMetrics:

@@ -75,7 +75,7 @@ def load_runner(
         estimates=setup.estimates,
         target_load=setup.target_load,
     )
-    return work, EpisodeRunner(work.bound, setup.episode_settings(), work.excluded_count)
+    return work, EpisodeRunner(work.bound, setup.episode_settings(), work.exclusions)
 
 
 def make_card(

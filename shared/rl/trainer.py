@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shared.domain.exclusions import Exclusion
 from shared.metrics import Window, chronological_split, make_windows
 from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeResult, EpisodeRunner, EpisodeSettings, episode_seed
@@ -69,10 +70,12 @@ _RUNNER: EpisodeRunner | None = None
 _MODEL: ActorCritic | None = None
 
 
-def _init_worker(workload: BoundWorkload, settings: EpisodeSettings, excluded: int, cfg: ModelConfig) -> None:
+def _init_worker(
+    workload: BoundWorkload, settings: EpisodeSettings, exclusions: tuple[Exclusion, ...], cfg: ModelConfig
+) -> None:
     global _RUNNER, _MODEL
     torch.set_num_threads(1)
-    _RUNNER = EpisodeRunner(workload, settings, excluded)
+    _RUNNER = EpisodeRunner(workload, settings, exclusions)
     _MODEL = ActorCritic(cfg).eval()
 
 
@@ -95,7 +98,7 @@ class EpisodePool:
             self._pool = ctx.Pool(
                 workers,
                 initializer=_init_worker,
-                initargs=(runner.workload, runner.settings, runner.excluded, cfg),
+                initargs=(runner.workload, runner.settings, runner.exclusions, cfg),
             )
 
     def run(

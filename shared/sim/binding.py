@@ -157,7 +157,12 @@ def bind_jobs(jobs: JobTable, spec: ClusterSpec, node_slack: int = 0) -> BoundWo
         by_reason[reason_of_key[inverse[i]]].append(int(i))
     for reason, rows in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
         exclusions.append(
-            Exclusion(reason=reason, count=len(rows), example_ids=[str(jobs.ids[r]) for r in rows[:3]])
+            Exclusion(
+                reason=reason,
+                count=len(rows),
+                example_ids=[str(jobs.ids[r]) for r in rows[:3]],
+                submit_s=tuple(jobs.submit[rows].tolist()),  # so a window can count its own
+            )
         )
 
     kept = jobs.with_fields(cpus_milli=cpus, mem_mib=mem).take(np.flatnonzero(keep))

@@ -18,7 +18,7 @@ import numpy as np
 
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.domain.jobs import JobTable
-from shared.metrics import Window, WindowMetrics, summarize_window
+from shared.metrics import Window, WindowMetrics, excluded_in_window, summarize_window
 from shared.policies import make_policy
 from shared.policies.base import Policy
 from shared.sim.binding import BoundWorkload, Exclusion, bind_jobs
@@ -53,7 +53,12 @@ class PreparedWorkload:
 
     @property
     def excluded_count(self) -> int:
+        """Every job left out, trace-wide (load time and binding)."""
         return sum(e.count for e in self.exclusions)
+
+    def excluded_in(self, window: Window) -> int:
+        """The jobs of ``window`` left out at load or binding time (``excluded_in_window``)."""
+        return excluded_in_window(self.exclusions, self.bound.jobs.submit, window)
 
 
 def prepare_workload(
@@ -94,7 +99,10 @@ def prepare_workload(
     if estimates != "trace":
         table = apply_estimates(table, "noisy" if estimates == "oracle" else estimates, seed)
     if target_load is not None:
-        table = rescale_arrivals(table, spec.total_gpus, target_load)
+        origin, factor = arrival_scaling(table, spec.total_gpus, target_load)
+        table = table.with_fields(submit=origin + (table.submit - origin) * factor)
+        # the left-out jobs move with the kept ones, so that each window still counts its own
+        exclusions = [e.rescaled(origin, factor) for e in exclusions]
         name = f"{name}, arrivals rescaled to offered load {target_load:g}"
     bound = bind_jobs(table, spec, node_slack=node_slack)
     exclusions.extend(bound.exclusions)
@@ -110,6 +118,18 @@ def rescale_arrivals(table: JobTable, capacity_gpus: float, target_load: float) 
     gap is scaled by one factor (found by bisection; the capped load falls as the span grows), so
     arrival order, burst structure (relative gaps), requests and runtimes are all kept.
     """
+    origin, factor = arrival_scaling(table, capacity_gpus, target_load)
+    return table.with_fields(submit=origin + (table.submit - origin) * factor)
+
+
+def arrival_scaling(table: JobTable, capacity_gpus: float, target_load: float) -> tuple[float, float]:
+    """``(origin, factor)`` of ``rescale_arrivals``: submit ``t`` becomes ``origin + (t - origin) x
+    factor``, origin being the first submit.
+
+    The reachable loads are bounded: as the span shrinks to nothing every runtime outlasts it and
+    the load tends to the GPU demand of all jobs at once over the capacity (0.88 for the openb pod
+    lists on their cluster, so 0.9 is out of reach there); the error says which loads are.
+    """
     if target_load <= 0:
         raise ValueError(f"target load must be > 0, got {target_load}")
     t0 = float(table.submit.min()) if len(table) else 0.0
@@ -123,8 +143,16 @@ def rescale_arrivals(table: JobTable, capacity_gpus: float, target_load: float) 
         return float(np.sum(work * np.minimum(table.runtime, s))) / (capacity_gpus * s)
 
     lo, hi = 1e-9, 1e9  # factors: load(lo) is highest, load(hi) lowest
-    if not load(hi) <= target_load <= load(lo):
-        raise ValueError(f"target load {target_load} is out of reach for this workload")
+    top, bottom = load(lo), load(hi)
+    if target_load > top:
+        raise ValueError(
+            f"target load {target_load} is out of reach for this workload: at most {top:.3g} on "
+            f"{capacity_gpus:g} GPUs, the GPU demand of all its jobs at once"
+        )
+    if target_load < bottom:
+        raise ValueError(
+            f"target load {target_load} is out of reach for this workload: at least {bottom:.3g}"
+        )
     for _ in range(200):
         mid = math.sqrt(lo * hi)
         if load(mid) > target_load:
@@ -133,8 +161,7 @@ def rescale_arrivals(table: JobTable, capacity_gpus: float, target_load: float) 
             hi = mid
         if hi / lo < 1 + 1e-12:
             break
-    factor = math.sqrt(lo * hi)
-    return table.with_fields(submit=t0 + (table.submit - t0) * factor)
+    return t0, math.sqrt(lo * hi)
 
 
 ProgressHook = Callable[[str, int], None]
@@ -169,7 +196,6 @@ def evaluate_policies(
         raise ValueError("no evaluation windows")
     bound = workload.bound
     n = len(bound.jobs)
-    excluded = workload.excluded_count
     out: dict[str, list[WindowMetrics]] = {}
     runs: dict[str, list[SimResult]] = {}
     for name in policies:
@@ -183,7 +209,9 @@ def evaluate_policies(
             results.append(result)
             for k, w in enumerate(windows):
                 metrics.append(
-                    summarize_window(result, w, excluded=excluded, respect_metric_mask=False, label=w.label)
+                    summarize_window(
+                        result, w, excluded=workload.excluded_in(w), respect_metric_mask=False, label=w.label
+                    )
                 )
                 if progress:
                     progress(name, k + 1)
@@ -192,7 +220,7 @@ def evaluate_policies(
                 sim = Simulator(bound, build(name, float(bound.jobs.submit[w.start])), config)
                 result = sim.run(job_range=(max(0, w.start - warmup), w.stop), metric_range=(w.start, w.stop))
                 results.append(result)
-                metrics.append(summarize_window(result, w, excluded=excluded, label=w.label))
+                metrics.append(summarize_window(result, w, excluded=workload.excluded_in(w), label=w.label))
                 if progress:
                     progress(name, k + 1)
         out[name] = [m.model_copy(update={"policy": name}) for m in metrics]

@@ -99,7 +99,8 @@ def load_entry(source: Path, path: Path) -> LoadedTrace | None:
             **fields,
         )
         exclusions = [
-            Exclusion(e["reason"], int(e["count"]), list(e["example_ids"])) for e in doc["exclusions"]
+            Exclusion(e["reason"], int(e["count"]), list(e["example_ids"]), tuple(e.get("submit_s", ())))
+            for e in doc["exclusions"]
         ]
         return LoadedTrace(
             table=table, exclusions=exclusions, loader=str(doc["loader"]), path=path, from_cache=True

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from shared.domain.exclusions import Exclusion
 from shared.domain.jobs import NUMERIC_FIELDS, JobTable, TraceMeta
 
-__all__ = ["Exclusion", "LoadedTrace", "assemble", "make_exclusion"]
+__all__ = ["Exclusion", "LoadedTrace", "assemble", "make_exclusion", "rebase_origin"]
 
 MAX_EXAMPLES = 5
 
@@ -38,11 +38,24 @@ class LoadedTrace:
         return sum(e.count for e in self.exclusions)
 
 
-def make_exclusion(reason: str, ids: npt.NDArray[Any] | list[str], mask: npt.NDArray[np.bool_]) -> Exclusion:
-    """Count the rows selected by ``mask`` under ``reason``, keeping the first few ids as examples."""
+def make_exclusion(
+    reason: str,
+    ids: npt.NDArray[Any] | list[str],
+    mask: npt.NDArray[np.bool_],
+    submit: npt.NDArray[np.float64] | None = None,
+) -> Exclusion:
+    """Count the rows selected by ``mask`` under ``reason``, keeping the first few ids as examples
+    and, given ``submit`` (every row's submit time on the kept jobs' clock), their submit times."""
     picked = np.flatnonzero(mask)
     examples = [str(ids[i]) for i in picked[:MAX_EXAMPLES]]
-    return Exclusion(reason=reason, count=len(picked), example_ids=examples)
+    times = tuple(np.asarray(submit, dtype=np.float64)[picked].tolist()) if submit is not None else ()
+    return Exclusion(reason=reason, count=len(picked), example_ids=examples, submit_s=times)
+
+
+def rebase_origin(submit: npt.NDArray[Any], keep: npt.NDArray[np.bool_]) -> float:
+    """The time that ``assemble`` rebases to 0: the first submit of the kept rows (0 if none)."""
+    kept = np.asarray(submit, dtype=np.float64)[keep]
+    return float(kept.min()) if len(kept) else 0.0
 
 
 def assemble(

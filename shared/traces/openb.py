@@ -28,11 +28,11 @@ import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, CodeBook, JobTable, TypeSetBook
 from shared.traces.errors import TraceFormatError
-from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion
+from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion, rebase_origin
 from shared.traces.reading import Source, read_csv_with_header
 
 LOADER = "openb"
-VERSION = 1
+VERSION = 2  # 2: excluded rows keep their submit times (per-window excluded counts)
 POD_FIELDS = (
     "name",
     "cpu_milli",
@@ -117,7 +117,9 @@ def parse_openb(path: Path) -> LoadedTrace:
     keep = ~never
     exclusions: list[Exclusion] = []
     if never.any():
-        exclusions.append(make_exclusion(NEVER_SCHEDULED, names, never))
+        # their creation times on the kept pods' clock, so that a window can count its own
+        origin = rebase_origin(creation, keep)
+        exclusions.append(make_exclusion(NEVER_SCHEDULED, names, never, creation - origin))
     arrays = {
         "submit": creation[keep],
         "runtime": (deletion - scheduled)[keep],

@@ -36,11 +36,11 @@ import numpy.typing as npt
 
 from shared.domain.jobs import CodeBook, JobTable
 from shared.traces.errors import TraceFormatError
-from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion
+from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion, rebase_origin
 from shared.traces.reading import Source
 
 LOADER = "swf"
-VERSION = 1
+VERSION = 2  # 2: excluded rows keep their submit times (per-window excluded counts)
 FIELDS = (
     "job_number",
     "submit_time",
@@ -175,12 +175,14 @@ def parse_swf(path: Path) -> LoadedTrace:
     )
     no_runtime = col["run_time"] <= 0
     no_procs = ~no_runtime & (procs <= 0)
+    keep = ~(no_runtime | no_procs)
+    # submit times of the excluded jobs on the kept jobs' clock, so that a window can count its own
+    submit = col["submit_time"] - rebase_origin(col["submit_time"], keep)
     exclusions: list[Exclusion] = [
-        make_exclusion(reason, ids, mask)
+        make_exclusion(reason, ids, mask, submit)
         for reason, mask in ((NO_RUNTIME, no_runtime), (NO_PROCESSORS, no_procs))
         if mask.any()
     ]
-    keep = ~(no_runtime | no_procs)
     users, qoses, vcs = CodeBook(), CodeBook(), CodeBook()
     req_time = col["requested_time"]
     arrays = {

@@ -164,3 +164,30 @@ def test_simulate_with_a_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> 
     result = runner.invoke(app, ["simulate", "--jobs", "500", "--model", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
     assert "cannot use checkpoint" in result.output and "nowhere" in result.output
+
+
+def test_unknown_baseline_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    args = ["simulate", "--jobs", "200", "--policies", "fcfs,sjf", "--out", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--baseline", "bogus"])
+    assert result.exit_code == 2
+    assert "unknown --baseline 'bogus'; choose from fcfs, sjf" in result.output
+    assert "Traceback" not in result.output and "loading workload" not in result.output
+    assert not (tmp_path / "simulate.json").exists()
+    # in a placement ablation the rows are policy@placement, and so is the baseline
+    ablation = [*args, "--placement", "first-fit,best-fit", "--baseline", "sjf"]
+    result = runner.invoke(app, ablation)
+    assert result.exit_code == 2
+    assert "choose from fcfs@first-fit, sjf@first-fit, fcfs@best-fit, sjf@best-fit" in result.output
+
+
+def test_load_table_and_per_window_excluded_counts(tmp_path: Path) -> None:
+    args = ["simulate", "--jobs", "900", "--windows", "3", "--window-size", "300", "--policies", "fcfs"]
+    result = runner.invoke(app, [*args, "--load", "0.9", "--no-plots", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Load over each window's span" in result.output
+    report = json.loads((tmp_path / "simulate.json").read_text())
+    fcfs = report["policies"]["fcfs"]
+    assert set(fcfs["load"]) == {"utilization", "queue_mean", "queued_frac"}
+    windows = fcfs["windows"]
+    assert all(w["t0_s"] <= w["last_arrival_s"] <= w["t1_s"] for w in windows)
+    assert fcfs["totals"]["excluded"] == sum(w["excluded"] for w in windows)

@@ -226,3 +226,22 @@ def test_cdf_skipped_without_per_job_waits(tmp_path: Path) -> None:
     paths = PolicyComparison({"a": loaded}).plot(tmp_path, metrics=["wait_mean"])
     assert [p.name for p in paths] == ["box_wait_mean.png"]
     assert PolicyComparison({"a": loaded}).plot(tmp_path, metrics=[], cdf=False) == []
+
+
+def test_load_table_from_real_summaries(three_jobs: SimResult, cut_off: SimResult) -> None:
+    # three jobs over [0, 20]: utilization 50%, queue 0.5 jobs, non-empty 50% of the time;
+    # with D over [0, 130]: 325 / 520 = 62.5%, 90 / 130 = 0.692 jobs, 69.2% of the time
+    cmp = PolicyComparison(
+        {
+            "complete": [summarize_window(three_jobs, range(3), label="w")],
+            "cut off": [summarize_window(cut_off, range(4), label="w")],
+        }
+    )
+    text = render(cmp.load_table(), width=120)
+    assert "Mean queue" in text and "Queue non-empty" in text
+    complete = next(line for line in text.splitlines() if line.startswith(" complete"))
+    assert complete.split()[1:] == ["50.0", "0.5", "50.0"]
+    cut = next(line for line in text.splitlines() if line.startswith(" cut off"))
+    assert cut.split()[2:] == ["62.5", "0.692", "69.2"]
+    load = cmp.to_dict()["policies"]["cut off"]["load"]
+    assert load["queue_mean"]["mean"] == pytest.approx(90.0 / 130.0)

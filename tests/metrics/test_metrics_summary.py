@@ -22,6 +22,7 @@ from shared.metrics import (
     selection_index,
     summarize_window,
 )
+from shared.metrics.timeline import mean_over, value_at
 from shared.sim.result import SimResult
 
 NAN = float("nan")
@@ -102,6 +103,17 @@ def test_integrate_steps_errors() -> None:
         idle_gpu_seconds_while_waiting([0.0], [1.0], [1, 1], 4, 0.0, 1.0)
 
 
+def test_value_at_and_mean_over() -> None:
+    t, v = [0.0, 10.0, 10.0, 20.0], [1.0, 2.0, 3.0, 4.0]
+    # before the first row 0; at a time with two rows the later one (the state after both cycles)
+    assert [value_at(t, v, x) for x in (-1.0, 0.0, 5.0, 10.0, 15.0, 25.0)] == [0.0, 1.0, 1.0, 3.0, 3.0, 4.0]
+    # [5, 15]: 1 for 5 s, 3 for 5 s -> mean 2; an empty interval gives the value at its start
+    assert mean_over(t, v, 5.0, 15.0) == pytest.approx(2.0)
+    assert mean_over(t, v, 10.0, 10.0) == 3.0
+    with pytest.raises(ValueError, match="before its start"):
+        mean_over(t, v, 2.0, 1.0)
+
+
 def test_timeline_integrals_three_jobs(three_jobs: SimResult) -> None:
     r = three_jobs
     # busy: 2*10 + 2*10 + 3*5 + 2*75 + 4*50 = 20 + 20 + 15 + 150 + 200 = 405 GPU-s
@@ -128,34 +140,43 @@ def test_summarize_three_jobs(three_jobs: SimResult) -> None:
     # BSLD [1, 2.8, 1]: mean 1.6; sorted [1, 1, 2.8]: p50 1, p95 1 + 0.9*1.8 = 2.62, p99 2.764
     assert m.bsld.mean == pytest.approx(1.6)
     assert (m.bsld.p50, m.bsld.p95, m.bsld.p99) == pytest.approx((1.0, 2.62, 2.764))
-    # t0 = first submit 0, t1 = last end 150; utilization 405 / (4 * 150) = 0.675
-    assert (m.t0_s, m.t1_s, m.makespan_s) == (0.0, 150.0, 150.0)
-    assert m.utilization == pytest.approx(0.675)
+    # life: t0 = first submit 0, t1 = last end 150; own span: first to last arrival, [0, 20]
+    assert (m.t0_s, m.t1_s, m.makespan_s, m.last_arrival_s) == (0.0, 150.0, 150.0, 20.0)
+    # utilization over [0, 20]: busy 2*10 + 2*10 = 40 GPU-s -> 40 / (4 * 20) = 0.5
+    assert m.utilization == pytest.approx(0.5)
+    # idle while waiting over [0, 20]: [10, 20) 2 idle GPUs -> 20 / 80 = 0.25
+    assert m.idle_frac_while_waiting == pytest.approx(0.25)
+    # queue over [0, 20]: 0 jobs for 10 s, 1 for 10 s -> mean 0.5, non-empty half the time
+    assert (m.queue_mean, m.queued_frac) == pytest.approx((0.5, 0.5))
+    # the totals cover the life [0, 150]: busy 405 GPU-s, idle while waiting 175 GPU-s
     assert m.busy_gpu_hours == pytest.approx(405.0 / 3600.0)
-    # idle while waiting 175 GPU-s = 0.048611 GPU-h, 175 / 600 = 0.291667 of capacity x span
     assert m.idle_gpu_hours_while_waiting == pytest.approx(175.0 / 3600.0)
-    assert m.idle_frac_while_waiting == pytest.approx(175.0 / 600.0)
     assert m.capacity_gpus == 4.0 and m.policy == "hand"
 
 
 def test_summarize_subwindow_counts_all_running_jobs(three_jobs: SimResult) -> None:
-    # window = jobs B, C: t0 = 10 (B's submit), t1 = 150 (B's end), span 140.
-    # A is outside the window but its 2 GPUs still count as busy:
-    # busy over [10,150] = 2*10 + 3*5 + 2*75 + 4*50 = 385 -> 385 / (4*140) = 0.6875
-    # idle while waiting: all 175 GPU-s lie in [10, 100) -> 175 / 560 = 0.3125
+    # window = jobs B, C: own span [10, 20] (B's and C's submits), life [10, 150] (B's end).
+    # A is outside the window but its 2 GPUs still count as busy: [10, 20) 2 busy -> 20 / 40 = 0.5,
+    # 2 idle while B waits -> 0.5; B waits the whole span: queue 1, non-empty all the time
     m = summarize_window(three_jobs, Window(1, 2))
     assert m.label == "jobs[1:3]"
-    assert (m.t0_s, m.t1_s, m.makespan_s) == (10.0, 150.0, 140.0)
-    assert m.utilization == pytest.approx(0.6875)
-    assert m.idle_frac_while_waiting == pytest.approx(0.3125)
+    assert (m.t0_s, m.t1_s, m.makespan_s, m.last_arrival_s) == (10.0, 150.0, 140.0, 20.0)
+    assert m.utilization == pytest.approx(0.5)
+    assert m.idle_frac_while_waiting == pytest.approx(0.5)
+    assert (m.queue_mean, m.queued_frac) == (1.0, 1.0)
+    # totals over the life: idle while waiting, all 175 GPU-s lie in [10, 100)
+    assert m.idle_gpu_hours_while_waiting == pytest.approx(175.0 / 3600.0)
     assert m.wait_s.mean == pytest.approx(45.0)  # (90 + 0) / 2
 
 
 def test_summarize_single_job_window(three_jobs: SimResult) -> None:
-    # only C: [20, 25]; busy 3 GPUs for 5 s -> 15 / (4*5) = 0.75; B waits, 1 GPU idle -> 5 / 20
+    # only C: its span is the instant 20, so the shares are those of the step in force at 20
+    # (after that cycle: 3 busy GPUs, B waiting): utilization 3/4, 1 idle GPU while B waits -> 1/4
     m = summarize_window(three_jobs, [2])
     assert m.utilization == pytest.approx(0.75)
     assert m.idle_frac_while_waiting == pytest.approx(0.25)
+    assert (m.queue_mean, m.queued_frac) == (1.0, 1.0)
+    # its life [20, 25]: 1 GPU idle while B waits for 5 s
     assert m.idle_gpu_hours_while_waiting == pytest.approx(5.0 / 3600.0)
     assert m.makespan_s == 5.0
 
@@ -163,28 +184,65 @@ def test_summarize_single_job_window(three_jobs: SimResult) -> None:
 def test_summarize_unstarted_job_extends_window(cut_off: SimResult) -> None:
     # D never started: counted, not averaged. Stats cover the 3 finished jobs (same as before);
     # t1 = end of the timeline (160) because D's work is not done.
-    # busy over [0,160]: unchanged steps up to 100, then [100,130) 4*30 + [130,150) 4*20 = 200 as
-    #   before, and [150,160) 0 -> 405 total, utilization 405 / (4*160) = 0.6328125
-    # idle while waiting = 175 + [130,150) (4-4)*20 = 0 + [150,160) 4*10 = 40 -> 215 / 640
+    # own span [0, 130] (D's submit): busy 2*10 + 2*10 + 3*5 + 2*75 + 4*30 = 325 -> 325 / 520
+    #   idle while waiting: [10, 100) 20 + 5 + 150 = 175 ([100, 130) nobody waits) -> 175 / 520
+    #   queue: 1 job during [10, 100) -> 90 / 130, and non-empty as long
+    # life [0, 160]: busy 405 GPU-s; idle while waiting 175 + [150, 160) 4*10 = 215 GPU-s
     m = summarize_window(cut_off, slice(None))
     assert (m.n_jobs, m.n_unstarted, m.n_unfinished) == (4, 1, 1)
     assert m.wait_s.n == 3 and m.wait_s.mean == pytest.approx(30.0)
     assert m.jct_s.n == 3 and m.bsld.n == 3
-    assert (m.t0_s, m.t1_s) == (0.0, 160.0)
-    assert m.utilization == pytest.approx(405.0 / 640.0)
-    assert m.idle_frac_while_waiting == pytest.approx(215.0 / 640.0)
+    assert (m.t0_s, m.t1_s, m.last_arrival_s) == (0.0, 160.0, 130.0)
+    assert m.utilization == pytest.approx(325.0 / 520.0)
+    assert m.idle_frac_while_waiting == pytest.approx(175.0 / 520.0)
+    assert (m.queue_mean, m.queued_frac) == pytest.approx((90.0 / 130.0, 90.0 / 130.0))
+    assert m.busy_gpu_hours == pytest.approx(405.0 / 3600.0)
+    assert m.idle_gpu_hours_while_waiting == pytest.approx(215.0 / 3600.0)
     assert math.isnan(m.job_waits_s[3])
 
 
 def test_summarize_only_unstarted_job(cut_off: SimResult) -> None:
-    # window = D alone: t0 = 130, t1 = 160; busy 4*20 = 80 -> 80 / 120; no wait/JCT data at all
+    # window = D alone: span the instant 130 (after that cycle 4 GPUs busy, D waiting): utilization
+    # 1, nothing idle; life [130, 160]: 4 GPUs idle while D waits over [150, 160] = 40 GPU-s
     m = summarize_window(cut_off, [3])
-    assert m.utilization == pytest.approx(80.0 / 120.0)
-    assert m.idle_frac_while_waiting == pytest.approx(40.0 / 120.0)
+    assert m.utilization == 1.0 and m.idle_frac_while_waiting == 0.0
+    assert (m.queue_mean, m.queued_frac) == (1.0, 1.0)
+    assert m.idle_gpu_hours_while_waiting == pytest.approx(40.0 / 3600.0)
     assert m.wait_s.n == 0 and math.isnan(m.wait_s.mean)
     d = m.to_json_dict()
     json.dumps(d, allow_nan=False)  # strict JSON: NaN statistics become null
     assert d["wait_s"]["mean"] is None and "job_waits_s" not in d
+
+
+def test_a_long_job_does_not_dilute_the_window_utilization() -> None:
+    # 4 GPUs: A (1 GPU) runs for 10^6 s; B and C (3 GPUs, 100 s each) arrive at 0 and 100.
+    # Over the window's span [0, 100] all 4 GPUs are busy: utilization 1. Up to the last end
+    # (10^6) it would be (4*200 + 1*(10^6 - 200)) / (4 * 10^6) = 0.25, the idle cluster the
+    # issue saw (1.9% on openb at load 0.7, whose pods run to the trace end).
+    jobs = build_table(
+        ids=["A", "B", "C"], submit=[0.0, 0.0, 100.0], runtime=[1e6, 100.0, 100.0], gpus=[1, 3, 3]
+    )
+    result = SimResult(
+        jobs=jobs,
+        start=np.array([0.0, 0.0, 100.0]),
+        end=np.array([1e6, 100.0, 200.0]),
+        capacity_gpus=4,
+        timeline_t=np.array([0.0, 100.0, 200.0, 1e6]),
+        timeline_busy=np.array([4.0, 4.0, 1.0, 0.0]),
+        timeline_queued=np.zeros(4, dtype=np.int64),
+    )
+    m = summarize_window(result, range(3))
+    assert m.utilization == 1.0 and (m.queue_mean, m.queued_frac) == (0.0, 0.0)
+    assert m.makespan_s == 1e6 and m.busy_gpu_hours == pytest.approx((800.0 + 1e6 - 200.0) / 3600.0)
+
+
+def test_queue_statistics_read_back_from_json_without_them(three_jobs: SimResult) -> None:
+    # summaries written before the queue statistics existed read back with NaN for them
+    d = summarize_window(three_jobs, range(3)).to_json_dict()
+    for key in ("queue_mean", "queued_frac", "last_arrival_s"):
+        del d[key]
+    back = WindowMetrics.model_validate(d)
+    assert math.isnan(back.queue_mean) and math.isnan(back.queued_frac) and math.isnan(back.last_arrival_s)
 
 
 def test_summarize_metric_mask_and_excluded(three_jobs: SimResult) -> None:
@@ -298,4 +356,7 @@ def test_summarize_window_utilization_property(n_jobs: int, capacity: int, data:
     assert m.makespan_s > 0
     assert -1e-9 <= m.utilization <= 1.0 + 1e-9
     assert -1e-9 <= m.idle_frac_while_waiting <= 1.0 + 1e-9
+    # over the same span busy and idle-while-waiting GPUs never overlap
+    assert m.utilization + m.idle_frac_while_waiting <= 1.0 + 1e-9
+    assert -1e-9 <= m.queued_frac <= 1.0 + 1e-9 and m.queue_mean >= 0.0
     assert m.bsld.p50 >= 1.0

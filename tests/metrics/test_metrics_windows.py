@@ -7,7 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from shared.metrics import Window, chronological_split, make_windows
+from shared.domain.exclusions import Exclusion
+from shared.domain.jobs import build_table
+from shared.metrics import PolicyComparison, Window, chronological_split, excluded_in_window, make_windows
+from shared.sim.binding import bind_jobs
+from shared.sim.config import SimConfig
+from shared.sim.evaluate import PreparedWorkload, arrival_scaling, evaluate_policies, rescale_arrivals
+from tests.sim.sim_helpers import one_group_spec
 
 
 def test_window_basics() -> None:
@@ -106,3 +112,61 @@ def test_split_then_windows() -> None:
     train, test = chronological_split(10_000, 0.9)
     wins = make_windows(test, size=100, count=5, seed=0)
     assert all(w.start >= train.stop and w.stop <= 10_000 for w in wins)
+
+
+# --- jobs left out, per window -------------------------------------------------------------------
+
+
+def test_excluded_in_window_owns_the_gap_up_to_the_next_window() -> None:
+    # kept jobs at 0, 10, 20, 30, 40, 50; left-out jobs at -5, 0, 15, 30, 55 and one with no time
+    submit = np.array([0.0, 10.0, 20.0, 30.0, 40.0, 50.0])
+    timed = Exclusion("no runtime", 5, ["a"], (55.0, -5.0, 0.0, 15.0, 30.0))
+    untimed = Exclusion("no outcome yet", 1, ["z"])
+    assert timed.submit_s == (-5.0, 0.0, 15.0, 30.0, 55.0)  # kept sorted
+    counts = [excluded_in_window([timed, untimed], submit, Window(k, 2)) for k in (0, 2, 4)]
+    # [-inf, 20): -5, 0, 15;  [20, 40): 30;  [40, inf): 55  -> every timed one exactly once
+    assert counts == [3, 1, 1] and sum(counts) == timed.count
+    # windows that skip jobs skip their gaps' exclusions too: [10, 20) holds only 15
+    assert excluded_in_window([timed], submit, Window(1, 1)) == 1
+    with pytest.raises(ValueError, match="3 submit times for 2"):
+        Exclusion("bad", 2, [], (1.0, 2.0, 3.0))
+
+
+def test_rescaled_exclusions_keep_their_place_among_the_kept_jobs() -> None:
+    table = build_table(ids=["a", "b", "c"], submit=[0.0, 100.0, 200.0], runtime=[50.0] * 3, gpus=[1] * 3)
+    left_out = Exclusion("never scheduled", 2, ["x", "y"], (50.0, 150.0))
+    origin, factor = arrival_scaling(table, 1, 0.25)  # 150 GPU-s over 1 GPU x 600 s: gaps x 3
+    assert (origin, factor) == (0.0, pytest.approx(3.0))
+    moved = left_out.rescaled(origin, factor)
+    np.testing.assert_allclose(moved.submit_s, [150.0, 450.0])
+    np.testing.assert_allclose(rescale_arrivals(table, 1, 0.25).submit, [0.0, 300.0, 600.0])
+
+
+def test_evaluate_counts_each_windows_own_excluded_jobs() -> None:
+    """17 jobs left out of a trace used to show as 17 x the number of windows: each window now
+    counts its own, and the windows' sum is the number of left-out jobs they cover."""
+    spec = one_group_spec(2, 4)  # 8 GPUs
+    n = 40
+    gpus = [16 if k % 5 == 0 else 1 for k in range(n)]  # 8 jobs fit no node group: binding drops them
+    table = build_table(
+        ids=[f"j{k}" for k in range(n)],
+        submit=[10.0 * k for k in range(n)],
+        runtime=[30.0] * n,
+        estimate=[30.0] * n,
+        gpus=gpus,
+    )
+    bound = bind_jobs(table, spec)
+    assert bound.excluded_count == 8 and len(bound.jobs) == 32
+    # 9 more left out at load time, between the kept jobs (at 5, 45, 85, ... s)
+    at_load = Exclusion("never scheduled", 9, ["p"], tuple(5.0 + 40.0 * k for k in range(9)))
+    work = PreparedWorkload("t", bound, [at_load, *bound.exclusions])
+    assert work.excluded_count == 17
+    windows = [Window(8 * k, 8) for k in range(4)]  # the 32 kept jobs, four windows
+    metrics, _ = evaluate_policies(work, ["fcfs"], SimConfig(), windows)
+    per_window = [m.excluded for m in metrics["fcfs"]]
+    assert sum(per_window) == 17 and per_window == [work.excluded_in(w) for w in windows]
+    totals = PolicyComparison(metrics)._totals("fcfs")
+    assert totals["excluded"] == 17  # was 17 x 4 = 68
+    # warmed-up windows count the same
+    warm, _ = evaluate_policies(work, ["fcfs"], SimConfig(), windows[1:3], warmup=4)
+    assert [m.excluded for m in warm["fcfs"]] == per_window[1:3]

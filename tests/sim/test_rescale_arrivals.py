@@ -35,7 +35,8 @@ def test_runtimes_longer_than_the_span_count_only_for_the_span() -> None:
     out = rescale_arrivals(_table(), 1, 2.5)  # type: ignore[arg-type]
     np.testing.assert_allclose(out.submit, [10, 40, 70])
     # with S <= 50 every job counts S: the load is 3 S / S = 3 at most, so 3.5 is out of reach
-    with pytest.raises(ValueError, match="out of reach"):
+    # the error says how far the workload reaches: all three jobs at once on the 1 GPU
+    with pytest.raises(ValueError, match="out of reach for this workload: at most 3 on 1 GPUs"):
         rescale_arrivals(_table(), 1, 3.5)  # type: ignore[arg-type]
 
 

@@ -220,6 +220,9 @@ class TestSwf:
             "run time <= 0 or unknown (-1)": (1, ["13"]),
             "no processor count (allocated and requested processors <= 0 or unknown)": (1, ["15"]),
         }
+        # their submit times on the kept jobs' clock (t = 0 at job 11's 342072), for per-window counts
+        times = {e.example_ids[0]: e.submit_s for e in loaded.exclusions}
+        assert times == {"13": (342921.0 - 342072.0,), "15": (347593.0 - 342072.0,)}
         t = loaded.table
         i = t.ids.tolist().index("14")
         assert t.gpus[i] == 8  # allocated -1 -> requested

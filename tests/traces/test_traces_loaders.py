@@ -103,6 +103,7 @@ class TestOpenb:
         assert "never scheduled" in excl.reason
         # line 63: openb-pod-0061,...,BE,Pending,10001278,10001403,   (empty scheduled_time)
         assert excl.example_ids[0] == "openb-pod-0061"
+        assert len(excl.submit_s) == 897 and 10001278.0 in excl.submit_s  # its creation time
         assert "openb-pod-0061" not in set(openb.table.ids.tolist())
         assert any("897" in note for note in openb.table.meta.notes)
 
