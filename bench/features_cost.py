@@ -41,9 +41,9 @@ from shared.features import (  # noqa: E402
     compute_features,
 )
 from shared.features.fast import Observation, WorkloadFeaturizer  # noqa: E402
+from shared.scheduling.placement import make_placer  # noqa: E402
+from shared.scheduling.state import Alloc, ClusterState  # noqa: E402
 from shared.sim.evaluate import PreparedWorkload, prepare_workload  # noqa: E402
-from shared.sim.placement import make_placer  # noqa: E402
-from shared.sim.state import Alloc, ClusterState  # noqa: E402
 
 CASES = {"philly": "philly", "alibaba-openb": "openb-gpuspec33"}  # preset -> its trace
 QUEUES = (64, 256, 1024)

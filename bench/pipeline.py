@@ -58,10 +58,10 @@ from services.adapter_sim.snapshot import SnapshotBuilder  # noqa: E402
 from services.adapter_sim.stack import LocalStack  # noqa: E402
 from shared.bus import BusSettings, Publisher, connect, ensure_streams, stream_name  # noqa: E402
 from shared.domain.jobs import WHOLE_GPU_MILLI  # noqa: E402
+from shared.scheduling.placement import BestFit  # noqa: E402
+from shared.scheduling.state import Alloc, ClusterState  # noqa: E402
 from shared.schemas import Limits, PlacementDecision, QueueSnapshot, Subjects, decode  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
-from shared.sim.placement import BestFit  # noqa: E402
-from shared.sim.state import Alloc, ClusterState  # noqa: E402
 from shared.store.migrate import upgrade_url  # noqa: E402
 
 TARGET_P99_MS = 50.0

@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from shared.metrics import Window, summarize_window  # noqa: E402
 from shared.policies import make_policy  # noqa: E402
-from shared.sim.binding import BoundWorkload  # noqa: E402
+from shared.scheduling.binding import BoundWorkload  # noqa: E402
+from shared.scheduling.result import SimResult  # noqa: E402
 from shared.sim.config import SimConfig  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
-from shared.sim.result import SimResult  # noqa: E402
 from shared.sim.simulator import Simulator  # noqa: E402
 
 # (label, trace, jobs simulated (None = all), target offered load, window size)

@@ -42,12 +42,12 @@ from shared.placement import CpSatPlacer, JobRequest, PlacerSettings, SolveStatu
 from shared.placement.tiers import work_coefficients  # noqa: E402
 from shared.placement.warmstart import best_fit_batch, partial_copy  # noqa: E402
 from shared.policies import make_policy  # noqa: E402
-from shared.sim.binding import BoundWorkload  # noqa: E402
+from shared.scheduling.binding import BoundWorkload  # noqa: E402
+from shared.scheduling.placement import BestFit  # noqa: E402
+from shared.scheduling.state import Alloc, ClusterState  # noqa: E402
 from shared.sim.config import SimConfig  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
-from shared.sim.placement import BestFit  # noqa: E402
 from shared.sim.simulator import Simulator  # noqa: E402
-from shared.sim.state import Alloc, ClusterState  # noqa: E402
 
 TRACES = {"openb-gpuspec33": "alibaba-openb", "philly": "philly"}
 TARGET_P99_MS = 10.0

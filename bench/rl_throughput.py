@@ -66,8 +66,8 @@ from shared.policies import PolicyContext, make_policy  # noqa: E402
 from shared.rl.policy import LearnedPolicy  # noqa: E402
 from shared.rl.ppo import RolloutBatch  # noqa: E402
 from shared.rl.setup import RunSetup, load_runner  # noqa: E402
+from shared.scheduling.state import Alloc, ClusterState  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
-from shared.sim.state import Alloc, ClusterState  # noqa: E402
 
 PHILLY_RLTUNE = str(ROOT / "docs" / "results" / "clusters" / "philly-rltune.toml")
 TRAIN_CASES = (

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shared.policies import make_policy  # noqa: E402
+from shared.scheduling.result import SimResult  # noqa: E402
 from shared.sim.config import SimConfig  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
-from shared.sim.result import SimResult  # noqa: E402
 from shared.sim.simulator import Simulator  # noqa: E402
 
 SETTINGS: dict[str, SimConfig] = {

@@ -94,7 +94,7 @@ from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric  # noqa: 
 from shared.rl.ppo import PPOConfig  # noqa: E402
 from shared.rl.setup import RunSetup  # noqa: E402
 from shared.rl.trainer import TrainConfig, split_windows, train  # noqa: E402
-from shared.sim.binding import BoundWorkload, bind_jobs  # noqa: E402
+from shared.scheduling.binding import BoundWorkload, bind_jobs  # noqa: E402
 from shared.sim.evaluate import PreparedWorkload, prepare_workload  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "trainer_warmstart.json"

@@ -27,10 +27,10 @@ from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING
 from services.adapter_sim.stats import AdapterStats
 from shared.bus import BusSettings, Publisher
 from shared.policies import make_policy
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.result import SimResult
 from shared.schemas import validate_cluster_name
-from shared.sim.binding import BoundWorkload
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 

@@ -41,8 +41,8 @@ from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotBuilder
 from services.adapter_sim.stats import AdapterStats
 from shared.domain.jobs import FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext
+from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas import JobOutcome, PlacementDecision, QueueSnapshot, new_correlation_id
-from shared.sim.state import Alloc, ClusterState
 
 
 class DecisionChannel(Protocol):

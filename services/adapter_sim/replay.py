@@ -19,11 +19,11 @@ from services.adapter_sim.settings import AdapterSimSettings
 from shared.bus import BusSettings, Publisher, connect, ensure_streams
 from shared.metrics import WindowMetrics, summarize_window
 from shared.policies import make_policy
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.result import SimResult
 from shared.schemas import Limits, Subjects
-from shared.sim.binding import bind_jobs
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import PreparedWorkload, prepare_workload
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 

@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.domain.jobs import FloatArray, IntArray
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas import NodeStates, PendingJob, PendingJobs, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.snapshot import NODE_COLUMNS, WHOLE
-from shared.sim.binding import BoundWorkload
-from shared.sim.state import Alloc, ClusterState
 
 #: pending jobs per snapshot unless configured otherwise (oldest first; see ``SnapshotBuilder``)
 DEFAULT_MAX_PENDING = 1024

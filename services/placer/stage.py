@@ -8,7 +8,7 @@ also get ``nodes`` (names from the snapshot) and ``mode``.
 (``shared.schemas.snapshot_state``); the jobs are then walked in rank order, as one scheduling
 cycle of the simulator under EASY backfill (``shared.sim.simulator``), on that state:
 
-- a job that fits starts: best-fit's nodes (``shared.sim.placement.BestFit``'s choice, made on the
+- a job that fits starts: best-fit's nodes (``shared.scheduling.placement.BestFit``'s choice, made on the
   walk's own copy of the free resources, ``shared.placement.walk.WalkState``), or, with
   ``placement="cp-sat"``, the nodes ``CpSatPlacer.place_batch`` chose for the top K startable jobs
   (plus ``lookahead`` next ones) when they still fit (with the service's settings no solve when
@@ -62,6 +62,8 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings
 from shared.placement.kernels import replay_free, warm_up
 from shared.placement.walk import NeedsFallback, WalkState
+from shared.scheduling.placement import BIG, BestFit
+from shared.scheduling.state import Alloc, ClusterState, GroupState
 from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
@@ -70,8 +72,6 @@ from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.snapshot_state import SnapshotState, fill_group, snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
-from shared.sim.placement import BIG, BestFit
-from shared.sim.state import Alloc, ClusterState, GroupState
 
 __all__ = ["SERVICE_SETTINGS", "Decided", "PlacerStage", "Reservation", "rank_order"]
 

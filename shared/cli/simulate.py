@@ -16,9 +16,9 @@ from shared.features import FeatureSampler
 from shared.metrics import PolicyComparison, WindowMetrics, chronological_split, make_windows
 from shared.policies import POLICY_NAMES, make_policy
 from shared.policies.base import Policy
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import PolicyFactory, PreparedWorkload, evaluate_policies, prepare_workload
-from shared.sim.result import SimResult
 
 PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
 

@@ -48,7 +48,7 @@ KindRequests = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 class _Group(Protocol):
-    """What the observer reads of a node group's state (``shared.sim.state.GroupState``)."""
+    """What the observer reads of a node group's state (``shared.scheduling.state.GroupState``)."""
 
     whole: IntArray
     cpu: IntArray

@@ -15,9 +15,9 @@ from numba.core.errors import NumbaError
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.features.kernels_view import view_kernel
 from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
-from shared.sim.binding import BoundWorkload
-from shared.sim.compiled.running import running_insert, running_remove
-from shared.sim.state import ClusterState, GroupState
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.running import running_insert, running_remove
+from shared.scheduling.state import ClusterState, GroupState
 
 __all__ = ["RunningJobs", "SimViewBuilder"]
 
@@ -27,7 +27,7 @@ class RunningJobs:
 
     Sorted because the future-availability feature bins sorted ends in O(R) instead of a binary
     search per job. Adding or removing a job finds its slot by binary search and shifts the tail
-    of the three arrays, in one compiled call (``shared.sim.compiled.running``, with which the
+    of the three arrays, in one compiled call (``shared.scheduling.running``, with which the
     simulator's compiled core keeps its running jobs in the same layout: ~1 us, where the numpy
     calls and slice copies took ~8 us, three times per decision).
     """

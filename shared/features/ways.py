@@ -1,6 +1,6 @@
 """Where each queued job could start now: nodes usable, feasibility, stranded GPUs.
 
-The rules are the simulator's (``shared/sim/placement.py``), so ``can_schedule_now`` agrees with
+The rules are the simulator's (``shared/scheduling/placement.py``), so ``can_schedule_now`` agrees with
 what the placer would do on the same free state (reservations aside):
 
 - a job runs inside one node group;

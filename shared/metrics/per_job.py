@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 
 BoolArray = npt.NDArray[np.bool_]
 

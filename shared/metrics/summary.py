@@ -19,7 +19,7 @@ from shared.domain.jobs import FloatArray, IntArray
 from shared.metrics.per_job import DEFAULT_BSLD_BOUND_S, JobMetrics, job_metrics
 from shared.metrics.timeline import busy_gpu_seconds, idle_gpu_seconds_while_waiting, mean_over
 from shared.metrics.windows import Window
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 
 JobSelection: TypeAlias = Window | range | slice | npt.NDArray[Any] | list[int] | list[bool]
 

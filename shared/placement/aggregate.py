@@ -24,8 +24,8 @@ import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement.types import JobRequest
-from shared.sim.placement import Caps
-from shared.sim.state import I64, ClusterState, GroupState
+from shared.scheduling.placement import Caps
+from shared.scheduling.state import I64, ClusterState, GroupState
 
 BIG = 1 << 40
 NO_CAP = BIG  # a node's cap when no reservation limits it
@@ -46,7 +46,7 @@ SINGLE = JobShape(False, 1, 1)
 def job_shape(job: JobRequest, gpn: int, count: int, node_slack: int) -> JobShape | None:
     """The placement shape of ``job`` in a group of ``count`` nodes with ``gpn`` GPUs each.
 
-    Mirrors ``shared.sim.placement.Placer``: a job of 2+ whole GPUs becomes a gang when it exceeds
+    Mirrors ``shared.scheduling.placement.Placer``: a job of 2+ whole GPUs becomes a gang when it exceeds
     one node or when a node slack is allowed; ``None`` when the group can never hold it.
     """
     if job.gpus <= 1:

@@ -14,7 +14,7 @@ import numpy as np
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement.model import PlacementModel
 from shared.placement.slots import Cond, Pair, Slot
-from shared.sim.state import Alloc
+from shared.scheduling.state import Alloc
 
 Usage = list[tuple[Slot, int, tuple[bool, int] | None]]  # (slot, whole GPUs there, share bin)
 

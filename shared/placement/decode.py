@@ -21,7 +21,7 @@ from shared.placement.assign import fresh_open, partial_gpus, usage
 from shared.placement.model import PlacementModel
 from shared.placement.slots import Slot
 from shared.placement.types import JobRequest
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.state import Alloc, ClusterState
 
 
 class DecodeError(RuntimeError):

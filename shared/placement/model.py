@@ -40,7 +40,7 @@ from shared.placement.settings import PlacerSettings
 from shared.placement.slots import BIG, Cond, JobVars, LinSum, Pair, Slot
 from shared.placement.symmetry import first_use_labels, order_identical, request_key
 from shared.placement.types import GroupCost, JobRequest
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.state import Alloc, ClusterState
 
 
 class PlacementModel:

@@ -34,8 +34,8 @@ from shared.placement.types import (
     SolveStatus,
 )
 from shared.placement.warmstart import best_fit_batch
-from shared.sim.placement import Caps
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import Caps
+from shared.scheduling.state import Alloc, ClusterState
 
 SAFETY_NET_S = 1.0  # wall-clock limit in reproducible mode
 MIN_SOLVE_S = 0.0005  # below this much budget left, do not start CP-SAT at all

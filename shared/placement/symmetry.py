@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from shared.placement.slots import Slot
 from shared.placement.types import JobRequest
-from shared.sim.state import Alloc
+from shared.scheduling.state import Alloc
 
 if TYPE_CHECKING:
     from shared.placement.model import PlacementModel

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.sim.state import Alloc
+from shared.scheduling.state import Alloc
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Best-fit for a long walk of one decision: the simulator's choices, a fraction of the cost.
 
 A placement decision walks up to 1,024 jobs in rank order and starts several hundred of them, each
-on best-fit's nodes (``shared.sim.placement.BestFit``). On the busy openb cluster (1,213 nodes, 15
+on best-fit's nodes (``shared.scheduling.placement.BestFit``). On the busy openb cluster (1,213 nodes, 15
 node groups) a job may run in 11 to 15 groups, and ``BestFit.place`` then costs 40 to 50 us (a numpy
 view per group the reservation caps touch, numpy scalar reads per node tried), and
 ``ClusterState.take`` another 7 us: about 16 ms of a 1,024-job decision. ``WalkState`` keeps its own
@@ -44,8 +44,8 @@ import numpy.typing as npt
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement.kernels import least_left
-from shared.sim.placement import BestFit, Caps
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import BestFit, Caps
+from shared.scheduling.state import Alloc, ClusterState
 
 __all__ = ["NeedsFallback", "WalkState", "blocking_caps"]
 
@@ -227,7 +227,7 @@ class WalkState:
     # -- the checks -------------------------------------------------------------------------------
 
     def fits(self, a: Alloc, blocked: Blocked | None, milli: int) -> bool:
-        """``shared.sim.placement.alloc_fits`` for blocking caps: whether an allocation chosen
+        """``shared.scheduling.placement.alloc_fits`` for blocking caps: whether an allocation chosen
         earlier still fits the free resources now and touches no blocked node."""
         g = a.group
         whole, cpu, mem, gfree = self.whole[g], self.cpu[g], self.mem[g], self.gfree[g]

@@ -11,8 +11,8 @@ import copy
 from collections.abc import Mapping, Sequence
 
 from shared.placement.types import JobRequest
-from shared.sim.placement import BestFit, Caps
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import BestFit, Caps
+from shared.scheduling.state import Alloc, ClusterState
 
 
 def partial_copy(state: ClusterState, groups: set[int]) -> ClusterState:

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from shared.domain.jobs import FloatArray, IntArray
-from shared.sim.binding import BoundWorkload
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import Alloc, ClusterState
 
 
 @dataclass
@@ -118,14 +117,6 @@ class Policy(ABC):
         must make its own promise). Called after ``bind``.
         """
         return None
-
-
-def classes_of(*columns: npt.ArrayLike) -> IntArray:
-    """One class id per row of the given per-job columns (rows equal in every column share one)."""
-    table = np.stack([np.asarray(c, dtype=np.float64) for c in columns], axis=1)
-    _, inverse = np.unique(table, axis=0, return_inverse=True)
-    out: IntArray = inverse.reshape(-1).astype(np.int64)
-    return out
 
 
 def nondecreasing_within(classes: IntArray, keys: FloatArray) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext, nondecreasing_within, waited
-from shared.sim.partition import row_classes
+from shared.scheduling.partition import row_classes
 
 
 class FCFS(Policy):

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext, waited
-from shared.sim.partition import row_classes
+from shared.scheduling.partition import row_classes
 
 
 class MultifactorWeights(BaseModel):

@@ -22,13 +22,16 @@ last 1, so ties are broken by submit time, then by the order of the input.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
+from shared.domain.jobs import WHOLE_GPU_MILLI as WHOLE
 from shared.policies.classic import sjf_keys
 from shared.policies.multifactor import MultifactorWeights
-from shared.schemas.snapshot import WHOLE, PendingJobs
 
 __all__ = [
     "SNAPSHOT_POLICIES",
@@ -41,6 +44,27 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class PendingColumns(Protocol):
+    """The pending jobs' columns that base-policy keys read: what ``shared.schemas.snapshot.PendingJobs``
+    holds. Why a protocol and not that class: policies sit below the messages in Hylo's layers
+    (``tests/test_layers.py``), so they name what they read, and a snapshot's jobs fit it."""
+
+    @property
+    def submit_s(self) -> Sequence[float]: ...
+    @property
+    def est_runtime_s(self) -> Sequence[float]: ...
+    @property
+    def gpus(self) -> Sequence[int]: ...
+    @property
+    def gpu_milli(self) -> Sequence[int]: ...
+    @property
+    def partition(self) -> Sequence[str]: ...
+    @property
+    def qos(self) -> Sequence[str]: ...
+    def __len__(self) -> int: ...
+
 
 #: base policies computable from a snapshot (``multifactor`` needs the cluster spec)
 SNAPSHOT_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor")
@@ -62,7 +86,7 @@ def check_policy(name: str) -> None:
 
 def snapshot_keys(
     policy: str,
-    jobs: PendingJobs,
+    jobs: PendingColumns,
     now: float,
     spec: ClusterSpec | None = None,
     *,
@@ -98,7 +122,7 @@ def snapshot_keys(
 
 
 def multifactor_priority(
-    jobs: PendingJobs,
+    jobs: PendingColumns,
     now: float,
     spec: ClusterSpec,
     w: MultifactorWeights,

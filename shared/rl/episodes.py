@@ -22,9 +22,9 @@ from shared.model import ActorCritic
 from shared.policies import Policy, make_policy
 from shared.rl.policy import Decision, LearnedPolicy, Mode
 from shared.rl.reward import RewardSpec
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 

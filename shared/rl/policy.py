@@ -67,8 +67,8 @@ from shared.model import ActorCritic, order_to_priorities, sample_order
 from shared.model.fast import FastActor, base_head, greedy_priorities, gumbel_log, learned_keys
 from shared.policies.base import Policy, PolicyContext
 from shared.rl.fused import blas_matches_numpy, finish_and_sample, libm_matches_numpy
-from shared.sim.binding import BoundWorkload
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import Alloc, ClusterState
 
 Mode = Literal["sample", "greedy"]
 

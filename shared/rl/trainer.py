@@ -30,7 +30,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeResult, EpisodeRunner, EpisodeSettings, episode_seed
 from shared.rl.policy import Mode
 from shared.rl.ppo import PPOConfig, RolloutBatch, ppo_update
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """QueueSnapshot + cluster spec -> the simulator's ClusterState, so the placer can run on a snapshot.
 
-Why the simulator's state: best-fit (``shared.sim.placement``) and the CP-SAT batch placer
+Why the simulator's state: best-fit (``shared.scheduling.placement``) and the CP-SAT batch placer
 (``shared.placement``) both place on a ``ClusterState``; building one from a snapshot lets the placer
 service run exactly the placement code the simulator (and training) runs.
 
@@ -33,10 +33,10 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.scheduling.state import Alloc, ClusterState, GroupState
 from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
-from shared.sim.state import Alloc, ClusterState, GroupState
 
 __all__ = ["RunningEntries", "SnapshotState", "fill_group", "snapshot_state"]
 

@@ -1,7 +1,7 @@
 """QueueSnapshot -> the featurizer's QueueView and ClusterView, given the cluster spec.
 
 Why here and pure: the production featurizer must feed ``compute_features`` numbers defined exactly as
-the simulator's (``docs/features.md``, "In production"), so the rules of ``shared.sim.binding`` are
+the simulator's (``docs/features.md``, "In production"), so the rules of ``shared.scheduling.binding`` are
 reused: default CPU/memory requests from the spec, eligible node groups = allowed GPU type, partition,
 and a fit on an empty node of the group. A job no group can ever hold is excluded with its reason
 (the simulator excludes it before simulating). No I/O, no clock: the same snapshot always gives the
@@ -34,6 +34,7 @@ import numpy.typing as npt
 from shared.domain.cluster import ClusterSpec
 from shared.features.catalog import JOB_FEATURES
 from shared.features.views import ClusterView, IntArray, QueueView
+from shared.scheduling.binding import fits_empty_group
 from shared.schemas.columns import pick
 from shared.schemas.messages import ExcludedJob
 from shared.schemas.numbers import column_array
@@ -46,7 +47,6 @@ from shared.schemas.snapshot import (
     QueueSnapshot,
     RunningJobs,
 )
-from shared.sim.binding import fits_empty_group
 
 __all__ = [
     "MATRIX_COLUMNS",
@@ -582,7 +582,7 @@ def _bind(jobs: PendingJobs, spec: ClusterSpec, node_slack: int) -> tuple[Pendin
 
 
 def bind_pending(jobs: PendingJobs, spec: ClusterSpec, node_slack: int = 0) -> PendingBinding:
-    """Fill default requests and find each job's eligible node groups (``shared.sim.binding``'s rules).
+    """Fill default requests and find each job's eligible node groups (``shared.scheduling.binding``'s rules).
 
     Jobs no group can ever hold are excluded with the reason; the rest keep their input order.
     Each distinct request is bound once per spec and node slack (``_RequestTable``) and looked up

@@ -21,7 +21,7 @@ class SimConfig(BaseModel):
       ``reservation``:
       - ``"nodes"`` (default): the reservation pins nodes, as Slurm's backfill plans specific
         nodes, preferring nodes that only become free by its time over nodes free now
-        (``shared.sim.pinning``); a job that ends by the reservation's time may use any node, a
+        (``shared.scheduling.pinning``); a job that ends by the reservation's time may use any node, a
         job that runs past it may take on the pinned nodes only what leaves the plan room.
       - ``"count"``: textbook EASY (Mu'alem and Feitelson 2001): a job that runs past the
         reservation's time may start if it needs no more than the group's "extra" GPUs (free at

@@ -21,9 +21,9 @@ from shared.domain.jobs import JobTable
 from shared.metrics import Window, WindowMetrics, excluded_in_window, summarize_window
 from shared.policies import make_policy
 from shared.policies.base import Policy
-from shared.sim.binding import BoundWorkload, Exclusion, bind_jobs
+from shared.scheduling.binding import BoundWorkload, Exclusion, bind_jobs
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 # Default cluster of each named trace.

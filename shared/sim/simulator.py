@@ -50,12 +50,10 @@ import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
 from shared.policies.base import Policy, PolicyContext
-from shared.sim.binding import BoundWorkload, nodes_needed
-from shared.sim.config import SimConfig
-from shared.sim.heads import Heads
-from shared.sim.partition import row_classes
-from shared.sim.pinning import repin
-from shared.sim.placement import (
+from shared.scheduling.binding import BoundWorkload, nodes_needed
+from shared.scheduling.partition import row_classes
+from shared.scheduling.pinning import repin
+from shared.scheduling.placement import (
     BestFit,
     Caps,
     FirstFit,
@@ -66,10 +64,12 @@ from shared.sim.placement import (
     share_fits,
     whole_gpus_fit,
 )
-from shared.sim.releases import NodeReleases
-from shared.sim.result import SimResult
-from shared.sim.state import I64, Alloc, ClusterState, GroupState, top_from_hist
-from shared.sim.workload_memo import per_workload
+from shared.scheduling.releases import NodeReleases
+from shared.scheduling.result import SimResult
+from shared.scheduling.state import I64, Alloc, ClusterState, GroupState, top_from_hist
+from shared.scheduling.workload_memo import per_workload
+from shared.sim.config import SimConfig
+from shared.sim.heads import Heads
 
 if TYPE_CHECKING:
     from shared.placement import CpSatPlacer
@@ -618,7 +618,7 @@ class Simulator:
             at: tuple[I64, I64, I64],
             started: list[Alloc],
         ) -> list[int]:
-            """A plan's nodes in group g re-pinned (``shared.sim.pinning``) against the free state
+            """A plan's nodes in group g re-pinned (``shared.scheduling.pinning``) against the free state
             the reservation is made on: now, plus what ``started`` (jobs started in the group since
             its bound) took."""
             gs0 = st.groups[g]

@@ -25,9 +25,9 @@ from services.adapter_sim.adapter import run_simulated_cluster
 from services.adapter_sim.errors import AdapterError, RunStopped
 from shared.bus import Publisher
 from shared.policies import make_policy
+from shared.scheduling.result import SimResult
 from shared.schemas import DEFAULT_LIMITS, JobOutcome, decode
 from shared.sim.evaluate import PreparedWorkload, prepare_workload
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 from tests.adapter_sim.responder import Responder, responding
 from tests.conftest_services import Bus

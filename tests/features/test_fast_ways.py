@@ -24,9 +24,9 @@ from shared.features.compute import _released_gpus
 from shared.features.fast import WorkloadFeaturizer, released_gpus
 from shared.features.fast_ways import PlacementCounts, RequestLevels, node_table, request_rows
 from shared.features.ways import _node_states, distinct_requests, request_ways
-from shared.sim.binding import BoundWorkload
-from shared.sim.placement import make_placer
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.placement import make_placer
+from shared.scheduling.state import Alloc, ClusterState
 
 
 class _Run:

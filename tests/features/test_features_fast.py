@@ -16,8 +16,8 @@ from shared.domain.jobs import build_table
 from shared.features import FeatureSampler, SamplingConfig, SimViewBuilder, compute_features
 from shared.features.fast import WorkloadFeaturizer
 from shared.features.ways import _node_states, _whole_gpu_fit, distinct_requests, request_ways
-from shared.sim.binding import BoundWorkload, bind_jobs
-from shared.sim.state import ClusterState
+from shared.scheduling.binding import BoundWorkload, bind_jobs
+from shared.scheduling.state import ClusterState
 
 
 def _filled(

@@ -11,9 +11,9 @@ from feature_views import cluster_view, queue_view
 from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.features import ClusterView, QueueView, RunningJobs, SimViewBuilder, compute_features
-from shared.sim.binding import bind_jobs
-from shared.sim.placement import make_placer
-from shared.sim.state import ClusterState
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.placement import make_placer
+from shared.scheduling.state import ClusterState
 
 GIB = 1024
 

@@ -19,9 +19,9 @@ from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.features import SimViewBuilder, compute_features, placement_ways
 from shared.features.ways import distinct_requests
-from shared.sim.binding import BoundWorkload, bind_jobs
-from shared.sim.placement import make_placer
-from shared.sim.state import ClusterState
+from shared.scheduling.binding import BoundWorkload, bind_jobs
+from shared.scheduling.placement import make_placer
+from shared.scheduling.state import ClusterState
 
 GIB = 1024
 

@@ -12,7 +12,7 @@ import torch
 
 from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.scheduling.binding import BoundWorkload, bind_jobs
 
 
 def small_cluster_jobs(n_jobs: int, seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric
 from shared.rl.setup import RunSetup
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 from tests.imitation.conftest import bound_on_small_cluster, small_cluster_jobs
 
 

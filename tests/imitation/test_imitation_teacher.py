@@ -26,7 +26,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric
 from shared.rl.setup import RunSetup
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 
 
 def test_teacher_sjf_over_base_fcfs_schedules_like_sjf(queued: BoundWorkload) -> None:

@@ -27,7 +27,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric
 from shared.rl.setup import RunSetup
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 
 
 @pytest.mark.parametrize("base", ["fcfs", "sjf"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from shared.domain.jobs import build_table
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 
 NAN = float("nan")
 

@@ -18,7 +18,7 @@ from shared.metrics import (
     get_spec,
     summarize_window,
 )
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

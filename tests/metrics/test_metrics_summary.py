@@ -23,7 +23,7 @@ from shared.metrics import (
     summarize_window,
 )
 from shared.metrics.timeline import mean_over, value_at
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 
 NAN = float("nan")
 

@@ -10,7 +10,7 @@ import pytest
 from shared.domain.exclusions import Exclusion
 from shared.domain.jobs import build_table
 from shared.metrics import PolicyComparison, Window, chronological_split, excluded_in_window, make_windows
-from shared.sim.binding import bind_jobs
+from shared.scheduling.binding import bind_jobs
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import PreparedWorkload, arrival_scaling, evaluate_policies, rescale_arrivals
 from tests.sim.sim_helpers import one_group_spec

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.placement import BatchPlacement, CpSatPlacer, JobRequest, PlacerSettings
 from shared.placement.warmstart import partial_copy
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.state import Alloc, ClusterState
 
 # settings under which the model covers every class and node (no pruning) and the wall clock
 # never decides: hand-checked optima must then be found exactly

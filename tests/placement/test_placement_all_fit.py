@@ -15,7 +15,7 @@ from test_placement_properties import scenarios
 from shared.domain.cluster import ClusterSpec
 from shared.placement import CpSatPlacer, GroupCost, JobRequest, SolveStatus
 from shared.placement.warmstart import best_fit_batch
-from shared.sim.state import ClusterState
+from shared.scheduling.state import ClusterState
 
 SKIP = EXACT.model_copy(update={"solve_when_all_fit": False})
 

@@ -1,7 +1,7 @@
 """EASY reservation caps inside the CP-SAT model: capped jobs' decisions are admissible.
 
 A reservation caps what jobs that would still run at the reserved job's start may take on the
-reserved nodes (``shared.sim.placement.Caps``). Hand-checked instances below; the last test runs
+reserved nodes (``shared.scheduling.placement.Caps``). Hand-checked instances below; the last test runs
 whole simulations and checks that no CP-SAT decision is overridden by the caps any more.
 """
 
@@ -14,11 +14,11 @@ from placement_helpers import EXACT, apply_all, nodes_of, occupy, req, spec, sta
 
 from shared.placement import CpSatPlacer, JobRequest
 from shared.policies import make_policy
+from shared.scheduling.placement import Caps, alloc_fits
+from shared.scheduling.state import ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import prepare_workload
-from shared.sim.placement import Caps, alloc_fits
 from shared.sim.simulator import Simulator
-from shared.sim.state import ClusterState
 
 
 def _reserved_node1(whole: int) -> tuple[ClusterState, dict[int, Caps]]:

@@ -9,8 +9,8 @@ from placement_helpers import apply_all, occupy, req, spec, state
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.placement import CpSatPlacer, JobRequest, PlacerSettings, SolveStatus
 from shared.placement.warmstart import best_fit_batch
-from shared.sim.placement import BestFit
-from shared.sim.state import ClusterState
+from shared.scheduling.placement import BestFit
+from shared.scheduling.state import ClusterState
 
 
 def _request(rng: np.random.Generator, sp: ClusterSpec) -> JobRequest:

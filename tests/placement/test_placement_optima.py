@@ -12,7 +12,7 @@ from placement_helpers import EXACT, apply_all, nodes_of, occupy, occupy_share, 
 
 from shared.placement import JobRequest, PlacerSettings, SolveStatus, TierWeights
 from shared.placement.warmstart import best_fit_batch
-from shared.sim.state import ClusterState
+from shared.scheduling.state import ClusterState
 
 
 def _fragmented(st: ClusterState) -> int:

@@ -23,8 +23,8 @@ from shared.placement.builder import solve
 from shared.placement.placer import build_model
 from shared.placement.tiers import work_coefficients
 from shared.placement.warmstart import best_fit_batch, partial_copy
-from shared.sim.placement import BestFit, Caps, alloc_fits
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import BestFit, Caps, alloc_fits
+from shared.scheduling.state import Alloc, ClusterState
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TYPES = ("A", "B", "C")

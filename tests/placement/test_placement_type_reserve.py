@@ -12,10 +12,10 @@ from shared.domain.jobs import build_table
 from shared.placement import CpSatPlacer, GroupCost, PlacerSettings, SolveStatus, TierWeights
 from shared.placement.warmstart import best_fit_batch
 from shared.policies import make_policy
-from shared.sim.binding import bind_jobs
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.state import ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
-from shared.sim.state import ClusterState
 
 
 def _two_types() -> tuple[ClusterSpec, ClusterState]:

@@ -1,4 +1,4 @@
-"""WalkState makes exactly best-fit's choices (``shared.sim.placement.BestFit``) on random walks.
+"""WalkState makes exactly best-fit's choices (``shared.scheduling.placement.BestFit``) on random walks.
 
 Each walk starts from a random occupied cluster (whole GPUs, GPU shares, CPUs and memory in use,
 groups with and without share tracking) and places a long sequence of random jobs (whole GPUs,
@@ -19,8 +19,8 @@ from placement_helpers import spec, state
 from shared.domain.cluster import ClusterSpec
 from shared.placement.walk import WalkState, blocking_caps
 from shared.placement.warmstart import partial_copy
-from shared.sim.placement import BestFit, Caps, alloc_fits
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import BestFit, Caps, alloc_fits
+from shared.scheduling.state import Alloc, ClusterState
 
 
 def _cluster(rng: random.Random) -> tuple[ClusterSpec, set[int]]:

@@ -18,7 +18,7 @@ from shared.policies import POLICY_NAMES, PolicyContext, make_policy
 from shared.policies.base import Policy
 from shared.policies.classic import SJF_MAX_GPUS, SJF_MAX_SECONDS, sjf_keys
 from shared.policies.multifactor import MultifactorWeights, SlurmMultifactor
-from shared.sim.binding import bind_jobs
+from shared.scheduling.binding import bind_jobs
 
 ALL = np.arange(4)
 

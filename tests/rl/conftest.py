@@ -13,7 +13,7 @@ import torch
 
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.domain.jobs import build_table
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.scheduling.binding import BoundWorkload, bind_jobs
 
 
 def one_node() -> ClusterSpec:

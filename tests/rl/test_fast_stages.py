@@ -30,10 +30,10 @@ from shared.rl.episodes import EpisodeRunner
 from shared.rl.fused import blas_matches_numpy, libm_matches_numpy
 from shared.rl.policy import Decision, LearnedPolicy
 from shared.rl.setup import RunSetup, load_runner
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.policies import make_policy
 from shared.rl.reward import RewardSpec
 from shared.rl.setup import RunSetup, load_runner
-from shared.sim.result import SimResult
+from shared.scheduling.result import SimResult
 from shared.sim.simulator import Simulator
 
 

@@ -31,7 +31,7 @@ from shared.policies import make_policy
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.policy import LearnedPolicy
 from shared.rl.setup import RunSetup, load_runner, load_trained
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
 

@@ -10,7 +10,7 @@ from shared.metrics import make_windows
 from shared.rl.episodes import EpisodeRunner, EpisodeSettings
 from shared.rl.gym_env import SchedulingEnv
 from shared.rl.reward import RewardSpec
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 from shared.sim.config import SimConfig
 
 

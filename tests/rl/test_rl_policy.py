@@ -8,10 +8,10 @@ import torch
 from shared.model import ActorCritic, ModelConfig, check_order
 from shared.policies import PolicyContext, make_policy
 from shared.rl.policy import LearnedPolicy
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
-from shared.sim.state import ClusterState
 
 
 def bound_policy(toy: BoundWorkload, policy: LearnedPolicy) -> LearnedPolicy:

@@ -15,7 +15,7 @@ from shared.rl.policy import Decision
 from shared.rl.ppo import PPOConfig, RolloutBatch, gae, ppo_update
 from shared.rl.reward import RewardSpec
 from shared.rl.trainer import TrainConfig, train
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
 from shared.sim.config import SimConfig
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from shared.domain.jobs import build_table
 from shared.features import compute_features
+from shared.scheduling.binding import bind_jobs
 from shared.schemas import (
     NodeState,
     NodeStates,
@@ -17,7 +18,6 @@ from shared.schemas import (
     RunningJobs,
     snapshot_views,
 )
-from shared.sim.binding import bind_jobs
 from tests.schemas.message_factories import node, snapshot, tiny_spec
 
 

@@ -24,9 +24,9 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.pairwise_sum import pairwise
 from shared.policies import POLICY_NAMES, make_policy
 from shared.policies.classic import FCFS
-from shared.sim.binding import BoundWorkload
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 from tests.sim.test_properties import Scenario, scenarios
 
@@ -119,7 +119,7 @@ def test_compiled_core_gives_the_plain_schedule(scenario: Scenario, policy: str)
 
 def small_bound(wide: bool = False) -> BoundWorkload:
     from shared.domain.jobs import build_table
-    from shared.sim.binding import bind_jobs
+    from shared.scheduling.binding import bind_jobs
     from tests.sim.sim_helpers import one_group_spec
 
     jobs = build_table(

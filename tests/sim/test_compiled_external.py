@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from shared.domain.jobs import FloatArray, IntArray
 from shared.features import RunningJobs
 from shared.policies.base import Policy
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 from tests.sim.test_compiled import assert_same, whole_gpus
 from tests.sim.test_properties import Scenario, scenarios
 

@@ -19,15 +19,14 @@ from hypothesis import strategies as st
 
 from shared.domain.cluster import parse_cluster_spec
 from shared.policies import make_policy
-from shared.policies.base import classes_of
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.partition import classes_of, row_classes
+from shared.scheduling.placement import make_placer, share_fits
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim import simulator as simulator_module
-from shared.sim.binding import bind_jobs
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import prepare_workload
-from shared.sim.partition import row_classes
-from shared.sim.placement import make_placer, share_fits
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 from tests.sim.test_properties import Scenario, scenarios
 from tests.sim.test_schedules import cluster, job, table
 
@@ -158,7 +157,7 @@ def test_whole_node_gang_reservation_pins_the_nodes_freed_by_its_time() -> None:
     """Five 8-GPU nodes: 0 and 4 busy till 1,000 s, node 1 half busy till 100 s, nodes 2 and 3
     held by one gang till 200 s. The blocked 16-GPU job first fits at 200 s, when nodes 1, 2 and 3
     are whole. At 100 s node 1 is free now, nodes 2 and 3 only become free by 200 s: the plan pins
-    2 and 3 (``shared.sim.pinning``), so the long 8-GPU job starts on node 1 at 100 s without
+    2 and 3 (``shared.scheduling.pinning``), so the long 8-GPU job starts on node 1 at 100 s without
     delaying the reservation (pinning the two lowest ids, 1 and 2, would hold it till 200 s),
     and the gang still starts at 200 s."""
     spec = cluster({"name": "g", "gpu_type": "A", "count": 5, "gpus": 8, "cpus": 64, "mem_gib": 512})

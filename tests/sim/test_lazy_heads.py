@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from shared.domain.jobs import FloatArray, IntArray, build_table
 from shared.policies import make_policy
 from shared.policies.base import Policy, waited
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.scheduling.binding import BoundWorkload, bind_jobs
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 from tests.sim.sim_helpers import one_group_spec
 from tests.sim.test_order_classes import plain

@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.policies import POLICY_NAMES, PolicyContext, make_policy
-from shared.policies.base import classes_of, nondecreasing_within
-from shared.sim.binding import bind_jobs
+from shared.policies.base import nondecreasing_within
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.partition import classes_of
+from shared.scheduling.placement import _lowest_with_free_gpu, make_placer, whole_gpus_fit
+from shared.scheduling.releases import NodeReleases
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
-from shared.sim.placement import _lowest_with_free_gpu, make_placer, whole_gpus_fit
-from shared.sim.releases import NodeReleases
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 from tests.sim.sim_helpers import one_group_spec
 from tests.sim.test_properties import Scenario, scenarios
 

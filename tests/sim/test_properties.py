@@ -27,12 +27,12 @@ import shared.sim.simulator as simulator_module
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.domain.jobs import WHOLE_GPU_MILLI, JobTable, build_table
 from shared.policies import POLICY_NAMES, make_policy
-from shared.sim.binding import BoundWorkload, bind_jobs, nodes_needed
+from shared.scheduling.binding import BoundWorkload, bind_jobs, nodes_needed
+from shared.scheduling.placement import make_placer
+from shared.scheduling.result import SimResult
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
-from shared.sim.placement import make_placer
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 
 SETTINGS = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

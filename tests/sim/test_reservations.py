@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.policies import POLICY_NAMES, PolicyContext, make_policy
-from shared.sim.binding import bind_jobs
+from shared.scheduling.binding import bind_jobs
+from shared.scheduling.releases import NodeReleases
+from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.heads import Heads
-from shared.sim.releases import NodeReleases
 from shared.sim.simulator import Simulator
-from shared.sim.state import Alloc, ClusterState
 from tests.sim.sim_helpers import one_group_spec
 from tests.sim.test_order_classes import plain
 from tests.sim.test_properties import Scenario, scenarios
@@ -240,7 +240,7 @@ def test_cpu_only_over_many_groups_matches_a_walk(
     """A CPU-only job over several groups (joined arrays) gets the node that a walk over the groups
     in the given order picks: first-fit the first fitting node, best-fit the least CPUs left with
     earlier groups and lower ids winning ties; with and without a reservation's caps."""
-    from shared.sim.placement import Caps, make_placer
+    from shared.scheduling.placement import Caps, make_placer
 
     spec = parse_cluster_spec(
         {

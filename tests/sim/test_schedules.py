@@ -17,9 +17,9 @@ import pytest
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.domain.jobs import JobTable, build_table
 from shared.policies import make_policy
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.scheduling.binding import BoundWorkload, bind_jobs
+from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.result import SimResult
 from shared.sim.simulator import Simulator
 
 NAN = float("nan")

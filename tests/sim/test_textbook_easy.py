@@ -40,7 +40,7 @@ import pytest
 
 from shared.domain.jobs import JobTable, build_table
 from shared.policies import make_policy
-from shared.sim.binding import BoundWorkload, bind_jobs
+from shared.scheduling.binding import BoundWorkload, bind_jobs
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
 from shared.traces.swf import load_swf

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.sim.placement import Caps, make_placer
-from shared.sim.state import Alloc, ClusterState
+from shared.scheduling.placement import Caps, make_placer
+from shared.scheduling.state import Alloc, ClusterState
 from tests.sim.sim_helpers import one_group_spec
 
 

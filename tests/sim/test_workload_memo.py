@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 
-from shared.sim import workload_memo
-from shared.sim.workload_memo import per_workload
+from shared.scheduling import workload_memo
+from shared.scheduling.workload_memo import per_workload
 from tests.sim.test_compiled import small_bound
 
 

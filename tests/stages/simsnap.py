@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.placement import make_placer
+from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas import (
     NodeState,
     NodeStates,
@@ -23,9 +26,6 @@ from shared.schemas import (
     RunningJob,
     RunningJobs,
 )
-from shared.sim.binding import BoundWorkload
-from shared.sim.placement import make_placer
-from shared.sim.state import Alloc, ClusterState
 
 
 def node_name(workload: BoundWorkload, group: int, index: int) -> str:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
+from shared.scheduling.placement import alloc_fits
+from shared.scheduling.state import Alloc
 from shared.schemas import (
     FeatureMatrix,
     NodeState,
@@ -18,8 +20,6 @@ from shared.schemas import (
     RunningJobs,
 )
 from shared.schemas.snapshot_state import snapshot_state
-from shared.sim.placement import alloc_fits
-from shared.sim.state import Alloc
 
 
 def two_group_spec(cpu_only: str = "exclude", partitions_a: Sequence[str] = ()) -> ClusterSpec:

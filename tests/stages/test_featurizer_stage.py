@@ -17,10 +17,10 @@ from shared.features import (
     SimViewBuilder,
     compute_features,
 )
+from shared.scheduling.binding import bind_jobs
 from shared.schemas import FeatureMatrix, Limits, PendingJobs, QueueSnapshot, decode, encode
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import MATRIX_COLUMNS
-from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import fill_cluster, snapshot_of
 from tests.stages.stage_helpers import node, pend, run, snap, two_group_spec

@@ -11,11 +11,11 @@ from services.featurizer.stage import FeaturizerStage
 from services.placer.stage import PlacerStage, _Job, rank_order
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.placement import PlacerSettings
+from shared.scheduling.binding import bind_jobs
 from shared.schemas import PendingJob, PendingJobs, PlacementDecision, QueueSnapshot, decode, encode
 from shared.schemas.snapshot_state import snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import PendingBinding, bind_pending
-from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import fill_cluster, snapshot_of
 from tests.stages.stage_helpers import check_allocations, node, pend, run, snap, two_group_spec, vector

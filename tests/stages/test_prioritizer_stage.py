@@ -24,9 +24,9 @@ from shared.model import FeatureSchema as CardFeatures
 from shared.model.checkpoint import WEIGHTS_FILE, file_sha256
 from shared.policies import PolicyContext, make_policy
 from shared.rl.policy import LearnedPolicy
+from shared.scheduling.binding import bind_jobs
 from shared.schemas import FeatureMatrix, ModelVersion, PriorityVector, QueueSnapshot
 from shared.schemas.stage_error import StageError
-from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import fill_cluster, snapshot_of
 from tests.stages.stage_helpers import node, pend, snap, two_group_spec

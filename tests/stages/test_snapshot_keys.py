@@ -13,8 +13,8 @@ from shared.policies.snapshot_keys import (
     priorities_from_keys,
     snapshot_keys,
 )
+from shared.scheduling.binding import bind_jobs
 from shared.schemas import PendingJobs
-from shared.sim.binding import bind_jobs
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import pending_job
 from tests.stages.stage_helpers import pend

@@ -70,7 +70,7 @@ def test_offered_load_definition() -> None:
 
 def test_simulator_binding_keeps_every_default_job(embedded: ClusterSpec, default_workload: JobTable) -> None:
     """Cross-check with the simulator's own feasibility rules: nothing is excluded."""
-    binding = pytest.importorskip("shared.sim.binding")
+    binding = pytest.importorskip("shared.scheduling.binding")
     bound = binding.bind_jobs(default_workload, embedded)
     assert bound.excluded_count == 0, bound.exclusions
     assert len(bound.jobs) == len(default_workload)

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, objmode
 
 from shared.pairwise_sum import pairwise
-from shared.sim.compiled.running import running_insert, running_remove
+from shared.scheduling.running import running_insert, running_remove
 
 INF = math.inf
 BIG = 1 << 60
@@ -83,7 +83,7 @@ def _nodes_needed(gpus, G):
 
 
 # ----------------------------------------------------------------------------------------------
-# placement (``shared.sim.placement``: first-fit and best-fit over whole GPUs and CPU-only jobs)
+# placement (``shared.scheduling.placement``: first-fit and best-fit over whole GPUs and CPU-only jobs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1615,7 +1615,7 @@ def _overlap(i, w, c, W, C, SW, SC):
 
 @njit(cache=True)
 def _repin(g, cnt, onode, ow, oc, om, geo, S, SS):
-    """``shared.sim.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
+    """``shared.scheduling.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
     group g, in place: S holds the free state now, SS the state at the reservation time."""
     gbase, gn = geo[0], geo[1]
     W, C = S[0], S[1]

@@ -20,14 +20,14 @@ import numpy as np
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.policies.classic import F1, FCFS, SJF, UNICEP, WFP3
 from shared.policies.multifactor import SlurmMultifactor
-from shared.sim.binding import nodes_needed
-from shared.sim.partition import row_classes
-from shared.sim.placement import BestFit, FirstFit
-from shared.sim.result import SimResult
-from shared.sim.workload_memo import per_workload
+from shared.scheduling.binding import nodes_needed
+from shared.scheduling.partition import row_classes
+from shared.scheduling.placement import BestFit, FirstFit
+from shared.scheduling.result import SimResult
+from shared.scheduling.workload_memo import per_workload
 
 if TYPE_CHECKING:
-    from shared.sim.binding import BoundWorkload
+    from shared.scheduling.binding import BoundWorkload
     from shared.sim.simulator import Simulator
 
 #: the Simulator attributes that switch shortcuts, at the values the compiled core mirrors

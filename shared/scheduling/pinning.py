@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shared.sim.state import I64
+from shared.scheduling.state import I64
 
 _BIG = 1 << 60
 

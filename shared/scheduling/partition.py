@@ -1,6 +1,6 @@
 """Class ids of table rows (rows equal in every column share one), fast.
 
-Why not ``shared.policies.base.classes_of``: it calls ``np.unique(axis=0)`` on a float table, which
+Why not ``classes_of`` (below): it calls ``np.unique(axis=0)`` on a float table, which
 sorts the rows as structured records and took 140-180 ms per call on the 82,247 Philly jobs; the
 simulator and the order-class policies call it at the start of every run, so a short training
 episode on that trace paid more for it than for its simulation. Here each column is numbered
@@ -26,8 +26,6 @@ def row_classes(*columns: npt.ArrayLike) -> IntArray:
     if any(np.isnan(v).any() for v in table):
         # np.unique(axis=0) keeps NaN rows apart, a one-dimensional np.unique merges NaNs: the
         # plain way keeps the partition the same
-        from shared.policies.base import classes_of
-
         return classes_of(*columns)
     code: IntArray | None = None
     n_code = 0
@@ -65,3 +63,11 @@ def _number(values: npt.NDArray[np.float64]) -> tuple[IntArray, int]:
             return _dense((values - lo).astype(np.int64), int(hi - lo) + 1)
     uniq, inverse = np.unique(values, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64), len(uniq)
+
+
+def classes_of(*columns: npt.ArrayLike) -> IntArray:
+    """One class id per row of the given per-job columns (rows equal in every column share one)."""
+    table = np.stack([np.asarray(c, dtype=np.float64) for c in columns], axis=1)
+    _, inverse = np.unique(table, axis=0, return_inverse=True)
+    out: IntArray = inverse.reshape(-1).astype(np.int64)
+    return out

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.sim.state import I64, Alloc, ClusterState, GroupState
+from shared.scheduling.state import I64, Alloc, ClusterState, GroupState
 
 BIG = 1 << 60
 _NO_NODES: set[int] = set()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from shared.sim.binding import BoundWorkload
+    from shared.scheduling.binding import BoundWorkload
 
 T = TypeVar("T")
 

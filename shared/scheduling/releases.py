@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-from shared.sim.state import Alloc, GroupState
+from shared.scheduling.state import Alloc, GroupState
 
 #: (estimated end, job) of the release after which a node fits, and its free whole GPUs, milli-CPUs
 #: and MiB at that point
