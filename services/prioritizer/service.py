@@ -104,13 +104,15 @@ def shadow_message(
     )
 
 
-async def build(ctx: ServiceContext) -> Wiring:
-    settings = PrioritizerSettings()
-    holder = ModelHolder()
-    shadow = ModelHolder()  # a candidate scored beside the current model, never applied
-    if settings.model_path is not None:
-        first_cluster = next(iter(ctx.specs))
-        await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
+def _may_score(holder: ModelHolder, shadow: ModelHolder) -> bool:
+    """Whether a model, real or shadow, is loaded: only then may a long queue's window need its snapshot."""
+    return holder.loaded is not None or shadow.loaded is not None
+
+
+def _stages(
+    ctx: ServiceContext, settings: PrioritizerSettings, holder: ModelHolder, shadow: ModelHolder
+) -> tuple[PrioritizerStage, PrioritizerStage, SnapshotCache]:
+    """The real stage, the shadow's stage, and the snapshot cache both take long queues' windows from."""
 
     def make_stage(model_holder: ModelHolder, deadline_ms: float) -> PrioritizerStage:
         return PrioritizerStage(
@@ -128,7 +130,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         shadow_stage.prepare(snapshot)
 
     def scoring() -> bool:
-        return holder.loaded is not None or shadow.loaded is not None
+        return _may_score(holder, shadow)
 
     # a long queue's model window needs its snapshot: while a model is loaded, every snapshot is
     # received as it is published and the newest is decoded and its window prepared while the
@@ -144,99 +146,104 @@ async def build(ctx: ServiceContext) -> Wiring:
     stage = make_stage(holder, settings.deadline_ms)
     # its own model thread (never queues behind the real model), one matrix at a time
     shadow_stage = make_stage(shadow, settings.shadow_deadline_ms)
-    await snapshots.receive(scoring())
-    shadow_turn = asyncio.Lock()
-    fallbacks = ctx.metrics.fallbacks
-    shadow_counts = Counter(
-        "hylo_shadow_matrices",
-        "Matrices handled while a shadow model was loaded, by what became of the shadow's scoring",
-        ["service", "result"],
-        registry=ctx.metrics.registry,
-    )
-    shadow_tasks: set[asyncio.Task[None]] = set()
+    return stage, shadow_stage, snapshots
 
-    async def score_in_shadow(matrix: FeatureMatrix, applied: PriorityVector, version: str) -> None:
+
+class _ShadowScorer:
+    """Scores matrices with the shadow model in background tasks and publishes ``ShadowPriorities``.
+
+    Never in the real decision's way: ``start`` returns at once, at most ``MAX_SHADOW_TASKS`` scorings
+    are in flight, and a failure is counted and logged, never raised.
+    """
+
+    def __init__(self, ctx: ServiceContext, holder: ModelHolder, stage: PrioritizerStage) -> None:
+        self._ctx = ctx
+        self._holder = holder
+        self._stage = stage
+        self._turn = asyncio.Lock()
+        self._counts = Counter(
+            "hylo_shadow_matrices",
+            "Matrices handled while a shadow model was loaded, by what became of the shadow's scoring",
+            ["service", "result"],
+            registry=ctx.metrics.registry,
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, matrix: FeatureMatrix, applied: PriorityVector) -> None:
+        """Score ``matrix`` in the background if a shadow is loaded and there is room."""
+        loaded = self._holder.loaded
+        if loaded is None:
+            return
+        if len(self._tasks) >= MAX_SHADOW_TASKS:
+            self._counts.labels(self._ctx.name, "skipped").inc()
+            return
+        task = asyncio.create_task(self._score(matrix, applied, loaded.version))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _score(self, matrix: FeatureMatrix, applied: PriorityVector, version: str) -> None:
         """Score ``matrix`` with the shadow and publish the result (a background task; best-effort)."""
         t0 = time.perf_counter()
         scored: PriorityVector | None = None
         reason: str | None = None
         try:
-            async with shadow_turn:  # overlapping calls would find the model busy, a fallback
-                scored = await shadow_stage.handle(matrix)
+            async with self._turn:  # overlapping calls would find the model busy, a fallback
+                scored = await self._stage.handle(matrix)
         except StageError as err:
             reason = str(err)
-        if scored is not None and scored.policy != "model" and shadow.loaded is None:
-            shadow_counts.labels(ctx.name, "cleared").inc()  # taken out of shadow mode meanwhile
+        if scored is not None and scored.policy != "model" and self._holder.loaded is None:
+            self._counts.labels(self._ctx.name, "cleared").inc()  # taken out of shadow mode meanwhile
             return
         name = scored.model_version if scored is not None and scored.model_version else version
         try:
             message = shadow_message(matrix, applied, scored, name, reason, (time.perf_counter() - t0) * 1e3)
-            await ctx.publisher.publish(message)
+            await self._ctx.publisher.publish(message)
         except Exception as err:  # never let a shadow failure surface anywhere else
-            shadow_counts.labels(ctx.name, "lost").inc()
+            self._counts.labels(self._ctx.name, "lost").inc()
             log.warning("shadow scores of %s/%s lost: %s", matrix.cluster, matrix.correlation_id, err)
             return
-        shadow_counts.labels(ctx.name, "scored" if message.fallback is None else "fallback").inc()
+        self._counts.labels(self._ctx.name, "scored" if message.fallback is None else "fallback").inc()
 
-    def start_shadow(matrix: FeatureMatrix, applied: PriorityVector) -> None:
-        loaded = shadow.loaded
-        if loaded is None:
-            return
-        if len(shadow_tasks) >= MAX_SHADOW_TASKS:
-            shadow_counts.labels(ctx.name, "skipped").inc()
-            return
-        task = asyncio.create_task(score_in_shadow(matrix, applied, loaded.version))
-        shadow_tasks.add(task)
-        task.add_done_callback(shadow_tasks.discard)
-
-    async def on_features(matrix: FeatureMatrix, delivery: Delivery) -> PriorityVector:
-        wait = queue_wait_ms(delivery)
-        if matrix.cluster not in ctx.specs:  # every service serves the same cluster map
-            raise StageError(f"unknown cluster {matrix.cluster!r}: HYLO_CLUSTERS lists {sorted(ctx.specs)}")
-        vector = await stage.handle(matrix)  # the real decision: from the real holder only
-        if vector.fallback:
-            fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
-        start_shadow(matrix, vector)  # after, and without waiting for it
-        digest = RECEIVED.digest_of(matrix)
-        if digest is not None:  # the vector names the matrix instead of re-sending it
-            ref = MatrixRef(seq=delivery.stream_seq, sha256=digest)
-            vector = vector.model_copy(update={"matrix_ref": ref})
-        return with_wait(vector, "prioritize", wait)
-
-    async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
-        current = holder.current
-        shadowed = shadow.current
-        is_shadow = shadowed is not None and shadowed[0] == version.version
-        if version.status == "current":
-            if is_shadow:  # promoted: it is the real model now
-                shadow.clear()
-            try:
-                await asyncio.to_thread(holder.load, version)
-            except Exception as err:  # the previous model stays; the announcement is not retried
-                log.error("model %s not loaded: %s", version.version, err)
-        elif version.status == "retired":
-            if current is not None and current[0] == version.version:
-                holder.clear()
-            if is_shadow:
-                shadow.clear()
-        elif version.shadow:  # a candidate in shadow mode (replaces the previous shadow)
-            try:
-                await asyncio.to_thread(shadow.load, version)
-            except Exception as err:  # the registry no longer names the previous shadow: drop it too
-                shadow.clear()
-                log.error("shadow model %s not loaded (no shadow now): %s", version.version, err)
-        elif is_shadow:  # a candidate taken out of shadow mode
-            shadow.clear()
-        await snapshots.receive(scoring())  # snapshots are received only while a model may need them
-
-    async def on_stop() -> None:
-        if shadow_tasks:  # a deadline's worth of time to publish what is in flight, then give up
-            _, pending = await asyncio.wait(set(shadow_tasks), timeout=settings.deadline_ms / 1000 + 0.5)
+    async def stop(self, timeout_s: float) -> None:
+        """Give the scorings in flight ``timeout_s`` to publish, cancel the rest, close the stage."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
             for task in pending:
                 task.cancel()
-        shadow_stage.close()
-        await snapshots.close()
+        self._stage.close()
 
+
+async def _apply_model_version(holder: ModelHolder, shadow: ModelHolder, version: ModelVersion) -> None:
+    """Load, promote or drop the real model and the shadow as a ``ModelVersion`` announcement says."""
+    current = holder.current
+    shadowed = shadow.current
+    is_shadow = shadowed is not None and shadowed[0] == version.version
+    if version.status == "current":
+        if is_shadow:  # promoted: it is the real model now
+            shadow.clear()
+        try:
+            await asyncio.to_thread(holder.load, version)
+        except Exception as err:  # the previous model stays; the announcement is not retried
+            log.error("model %s not loaded: %s", version.version, err)
+    elif version.status == "retired":
+        if current is not None and current[0] == version.version:
+            holder.clear()
+        if is_shadow:
+            shadow.clear()
+    elif version.shadow:  # a candidate in shadow mode (replaces the previous shadow)
+        try:
+            await asyncio.to_thread(shadow.load, version)
+        except Exception as err:  # the registry no longer names the previous shadow: drop it too
+            shadow.clear()
+            log.error("shadow model %s not loaded (no shadow now): %s", version.version, err)
+    elif is_shadow:  # a candidate taken out of shadow mode
+        shadow.clear()
+
+
+def _status_router(
+    ctx: ServiceContext, settings: PrioritizerSettings, holder: ModelHolder, shadow: ModelHolder
+) -> APIRouter:
+    """``GET /v1/model``: the model (and shadow) this replica uses now."""
     router = APIRouter()
 
     @router.get("/v1/model", response_model=ModelStatus, summary="The model this replica uses now")
@@ -250,6 +257,46 @@ async def build(ctx: ServiceContext) -> Wiring:
             shadow_version=shadowed[0] if shadowed else None,
         )
 
+    return router
+
+
+async def build(ctx: ServiceContext) -> Wiring:
+    """The prioritizer's routes (matrices, model announcements), its status endpoint and its stop."""
+    settings = PrioritizerSettings()
+    holder = ModelHolder()
+    shadow = ModelHolder()  # a candidate scored beside the current model, never applied
+    if settings.model_path is not None:
+        first_cluster = next(iter(ctx.specs))
+        await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
+    stage, shadow_stage, snapshots = _stages(ctx, settings, holder, shadow)
+    await snapshots.receive(_may_score(holder, shadow))
+    shadow_scorer = _ShadowScorer(ctx, shadow, shadow_stage)
+    fallbacks = ctx.metrics.fallbacks
+
+    async def on_features(matrix: FeatureMatrix, delivery: Delivery) -> PriorityVector:
+        wait = queue_wait_ms(delivery)
+        if matrix.cluster not in ctx.specs:  # every service serves the same cluster map
+            raise StageError(f"unknown cluster {matrix.cluster!r}: HYLO_CLUSTERS lists {sorted(ctx.specs)}")
+        vector = await stage.handle(matrix)  # the real decision: from the real holder only
+        if vector.fallback:
+            fallbacks.labels(ctx.name, _reason_class(vector.fallback)).inc()
+        shadow_scorer.start(matrix, vector)  # after, and without waiting for it
+        digest = RECEIVED.digest_of(matrix)
+        if digest is not None:  # the vector names the matrix instead of re-sending it
+            ref = MatrixRef(seq=delivery.stream_seq, sha256=digest)
+            vector = vector.model_copy(update={"matrix_ref": ref})
+        return with_wait(vector, "prioritize", wait)
+
+    async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
+        await _apply_model_version(holder, shadow, version)
+        # snapshots are received only while a model may need them
+        await snapshots.receive(_may_score(holder, shadow))
+
+    async def on_stop() -> None:
+        # a deadline's worth of time to publish the shadow scores in flight, then give up
+        await shadow_scorer.stop(timeout_s=settings.deadline_ms / 1000 + 0.5)
+        await snapshots.close()
+
     routes: list[Route[Any]] = [
         Route(
             kind="features",
@@ -262,7 +309,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             kind="models", model=ModelVersion, durable="prioritizer-models", handle=on_model, per_replica=True
         ),
     ]
-    return Wiring(routes=routes, router=router, on_stop=on_stop)
+    return Wiring(routes=routes, router=_status_router(ctx, settings, holder, shadow), on_stop=on_stop)
 
 
 DEFINITION = ServiceDefinition(

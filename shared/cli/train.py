@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,15 +15,17 @@ import typer
 from rich.markup import escape
 
 from shared.cli.common import console, fail, progress_bar
-from shared.metrics import chronological_split, make_windows
+from shared.metrics import Window, chronological_split, make_windows
 from shared.model import ModelConfig, save_checkpoint
 from shared.policies import POLICY_NAMES
+from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric, mean_reward
 from shared.rl.plots import training_curve
 from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
 from shared.rl.setup import RunSetup, load_runner, make_card
-from shared.rl.trainer import TrainConfig, split_windows, train
+from shared.rl.trainer import TrainConfig, TrainResult, split_windows, train
+from shared.sim.evaluate import PreparedWorkload
 
 
 def _clean(value: float) -> float | None:
@@ -114,25 +117,74 @@ def train_command(
 ) -> None:
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
+    _check_names(base_policy, sampling)
+    try:
+        spec = RewardSpec.parse(metric)
+        cfg = TrainConfig(
+            epochs=epochs,
+            windows_per_epoch=windows_per_epoch,
+            window_size=window_size,
+            seed=seed,
+            workers=workers,
+            validation_windows=validation_windows,
+            eval_every=eval_every,
+            train_fraction=train_fraction,
+            max_minutes=max_minutes,
+            model=ModelConfig(max_queue=max_queue, top_k=top_k or None),
+            ppo=PPOConfig(
+                learning_rate=learning_rate,
+                update_epochs=update_epochs,
+                minibatch_size=minibatch_size,
+                ent_coef=ent_coef,
+                gamma=gamma,
+                gae_lambda=gae_lambda,
+                target_kl=target_kl or None,
+                kl_min_epochs=kl_min_epochs,
+            ),
+        )
+    except ValueError as err:
+        raise fail(str(err)) from None
+    _check_ranges(load, imitation_epochs, imitation_windows, imitate, epochs, placement)
+    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
+    t0 = time.perf_counter()
+    work, runner = _load_workload(trace, cluster, setup, spec)
+    run = _Run(trace, cluster, setup, spec, cfg, work, runner, imitation_epochs)
+    out.mkdir(parents=True, exist_ok=True)
+    result, imitation_info = _train_with_progress(run, imitation_windows, imitate)
+    _write_outputs(run, result, imitation_info, out, test_windows, t0)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One training run as asked and set up: what the checkpoint card and the log record."""
+
+    trace: str | None  # --trace as given (None: the embedded workload)
+    cluster: str | None  # --cluster as given (the cluster used is work.spec.name)
+    setup: RunSetup
+    spec: RewardSpec
+    cfg: TrainConfig
+    work: PreparedWorkload
+    runner: EpisodeRunner
+    imitation_epochs: int
+
+
+def _check_names(base_policy: str, sampling: str) -> None:
+    """The names checked first, before the reward and the configs are parsed."""
     if base_policy not in POLICY_NAMES:
         raise fail(f"unknown base policy {base_policy!r}; choose from {', '.join(POLICY_NAMES)}")
     if sampling not in ("state", "fixed"):
         raise fail(f"--sampling must be state or fixed, not {sampling!r}")
-    try:
-        spec = RewardSpec.parse(metric)
-        model_cfg = ModelConfig(max_queue=max_queue, top_k=top_k or None)
-        ppo = PPOConfig(
-            learning_rate=learning_rate,
-            update_epochs=update_epochs,
-            minibatch_size=minibatch_size,
-            ent_coef=ent_coef,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            target_kl=target_kl or None,
-            kl_min_epochs=kl_min_epochs,
-        )
-    except ValueError as err:
-        raise fail(str(err)) from None
+
+
+def _check_ranges(
+    load: float | None,
+    imitation_epochs: int,
+    imitation_windows: int,
+    imitate: str | None,
+    epochs: int,
+    placement: str | None,
+) -> None:
+    """The ranges and combinations checked once the reward and the configs parse."""
     if load is not None and load <= 0:
         raise fail(f"--load must be > 0, got {load}")
     if imitation_epochs < 0:
@@ -147,10 +199,14 @@ def train_command(
         raise fail(f"--epochs must be >= 0 (0: the warm start alone), got {epochs}")
     if placement is not None and placement not in ("first-fit", "best-fit", "cp-sat"):
         raise fail(f"--placement must be first-fit, best-fit or cp-sat, not {placement!r}")
-    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
+
+
+def _load_workload(
+    trace: str | None, cluster: str | None, setup: RunSetup, spec: RewardSpec
+) -> tuple[PreparedWorkload, EpisodeRunner]:
+    """Load the trace and its episode runner, and say what the run trains on."""
     from shared.traces import TraceFormatError, TraceNotFoundError
 
-    t0 = time.perf_counter()
     try:
         work, runner = load_runner(trace, cluster, setup)
     except (TraceFormatError, TraceNotFoundError, ValueError) as err:
@@ -158,28 +214,21 @@ def train_command(
     s = runner.settings
     console.print(
         f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/] ({work.spec.total_gpus:,} GPUs), "
-        f"{len(work.bound.jobs):,} jobs; base {base_policy}, reward {spec.describe()}, "
+        f"{len(work.bound.jobs):,} jobs; base {setup.base_policy}, reward {spec.describe()}, "
         f"backfill={s.config.backfill}, placement={s.config.placement}, "
-        f"estimates={'oracle' if s.config.oracle_runtimes else estimates}, warm-up {s.warmup} jobs"
+        f"estimates={'oracle' if s.config.oracle_runtimes else setup.estimates}, warm-up {s.warmup} jobs"
     )
-    cfg = TrainConfig(
-        epochs=epochs,
-        windows_per_epoch=windows_per_epoch,
-        window_size=window_size,
-        seed=seed,
-        workers=workers,
-        validation_windows=validation_windows,
-        eval_every=eval_every,
-        train_fraction=train_fraction,
-        max_minutes=max_minutes,
-        model=model_cfg,
-        ppo=ppo,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    primary = spec.metrics[0]
+    return work, runner
+
+
+def _train_with_progress(
+    run: _Run, imitation_windows: int, imitate: str | None
+) -> tuple[TrainResult, dict[str, Any] | None]:
+    """The warm start (when asked) and PPO, under a progress bar with a line per epoch."""
+    cfg, base_policy, primary = run.cfg, run.setup.base_policy, run.spec.metrics[0]
     progress = progress_bar()
     with progress:
-        task = progress.add_task("epochs", total=epochs)
+        task = progress.add_task("epochs", total=cfg.epochs)
 
         def report(row: dict[str, float]) -> None:
             progress.update(task, completed=int(row["epoch"]))
@@ -193,95 +242,138 @@ def train_command(
                     highlight=False,
                 )
 
-        initial_state, imitation_info = None, None
-        if imitation_epochs > 0:
+        initial_state: dict[str, torch.Tensor] | None = None
+        imitation_info: dict[str, Any] | None = None
+        if run.imitation_epochs > 0:
             initial_state, imitation_info = _imitation_warm_start(
-                runner, cfg, imitation_epochs, imitation_windows, imitate
+                run.runner, cfg, run.imitation_epochs, imitation_windows, imitate
             )
             if cfg.max_minutes is not None:
                 # --max-minutes bounds the whole training, the warm start included.
                 cfg.max_minutes = max(cfg.max_minutes - imitation_info["seconds"] / 60, 0.0)
-        result = train(runner, cfg, progress=report, initial_state=initial_state)
+        result = train(run.runner, cfg, progress=report, initial_state=initial_state)
+    return result, imitation_info
 
+
+def _write_outputs(
+    run: _Run,
+    result: TrainResult,
+    imitation_info: dict[str, Any] | None,
+    out: Path,
+    test_windows: int,
+    t0: float,
+) -> None:
+    """The training log (CSV, curve), the held-out score, the checkpoint, then the JSON log."""
+    primary, base_policy = run.spec.metrics[0], run.setup.base_policy
     keys = sorted({k for row in result.history for k in row})
     with (out / "train_log.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=keys)
         writer.writeheader()
         writer.writerows(result.history)
     curve = training_curve(result.history, out / "training_curve.png", primary, base_policy)
+    held_out = _score_held_out(run, result, test_windows)
+    _save_checkpoint(run, result, held_out, imitation_info, out)
+    log = _train_log(run, result, held_out, imitation_info, time.perf_counter() - t0)
+    (out / "train_log.json").write_text(json.dumps(log, indent=2))
+    console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")
 
-    held_out: dict[str, Any] = {}
-    windows = []
+
+def _score_held_out(run: _Run, result: TrainResult, test_windows: int) -> dict[str, Any]:
+    """The best model's greedy score on windows of the test part, beside the base policy's (the card's)."""
+    cfg, runner, base_policy = run.cfg, run.runner, run.setup.base_policy
+    windows: list[Window] = []
     if test_windows > 0:
-        _, test = chronological_split(len(work.bound.jobs), cfg.train_fraction)
+        _, test = chronological_split(len(run.work.bound.jobs), cfg.train_fraction)
         try:
-            windows = make_windows(test, window_size, test_windows, seed=seed)
+            windows = make_windows(test, cfg.window_size, test_windows, seed=cfg.seed)
         except ValueError as err:
             console.print(f"[yellow]no held-out score for the card: {escape(str(err))}[/]")
             windows = []
-    if windows:
-        with console.status(f"scoring {len(windows)} held-out windows"):
-            per = evaluate_learned(runner, result.best_model, windows, [base_policy], sampled=False)
-        held_out = {
-            "windows": len(windows),
-            "window_size": window_size,
-            "mean_reward": mean_reward(runner, per[GREEDY], per[base_policy]),
-            **{f"{m}_{GREEDY}": _clean(mean_metric(per[GREEDY], m)) for m in spec.metrics},
-            **{f"{m}_{base_policy}": _clean(mean_metric(per[base_policy], m)) for m in spec.metrics},
-        }
-        console.print(f"held-out (greedy, best epoch {result.best_epoch}): {held_out}", highlight=False)
+    if not windows:
+        return {}
+    with console.status(f"scoring {len(windows)} held-out windows"):
+        per = evaluate_learned(runner, result.best_model, windows, [base_policy], sampled=False)
+    held_out = {
+        "windows": len(windows),
+        "window_size": cfg.window_size,
+        "mean_reward": mean_reward(runner, per[GREEDY], per[base_policy]),
+        **{f"{m}_{GREEDY}": _clean(mean_metric(per[GREEDY], m)) for m in run.spec.metrics},
+        **{f"{m}_{base_policy}": _clean(mean_metric(per[base_policy], m)) for m in run.spec.metrics},
+    }
+    console.print(f"held-out (greedy, best epoch {result.best_epoch}): {held_out}", highlight=False)
+    return held_out
+
+
+def _save_checkpoint(
+    run: _Run,
+    result: TrainResult,
+    held_out: dict[str, Any],
+    imitation_info: dict[str, Any] | None,
+    out: Path,
+) -> None:
+    """The best model with its card, under ``out/checkpoint``."""
+    cfg = run.cfg
     card = make_card(
         result.best_model,
-        runner,
-        trace=trace or "embedded",
-        cluster=work.spec.name,
-        seed=seed,
+        run.runner,
+        trace=run.trace or "embedded",
+        cluster=run.work.spec.name,
+        seed=cfg.seed,
         epochs=int(result.history[-1]["epoch"]),
         held_out=held_out,
         extra={
             "best_epoch": result.best_epoch,
             "train_range": [result.train_range.start, result.train_range.stop],
-            "window_size": window_size,
-            "train_fraction": train_fraction,
-            "jobs": jobs,
-            "load": load,
-            "placement": s.config.placement,
-            "cluster_arg": cluster,
-            "ppo": ppo.model_dump(mode="json"),
+            "window_size": cfg.window_size,
+            "train_fraction": cfg.train_fraction,
+            "jobs": run.setup.n_jobs,
+            "load": run.setup.target_load,
+            "placement": run.runner.settings.config.placement,
+            "cluster_arg": run.cluster,
+            "ppo": cfg.ppo.model_dump(mode="json"),
             "wall_seconds": result.wall_seconds,
-            "imitation_epochs": imitation_epochs,
+            "imitation_epochs": run.imitation_epochs,
             "imitation": imitation_info,
         },
     )
     save_checkpoint(out / "checkpoint", result.best_model, card)
-    log = {
+
+
+def _train_log(
+    run: _Run,
+    result: TrainResult,
+    held_out: dict[str, Any],
+    imitation_info: dict[str, Any] | None,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """``train_log.json``: the run's setup, every epoch's row, the best epoch and the held-out score."""
+    cfg, s = run.cfg, run.runner.settings
+    return {
         "setup": {
-            "trace": trace,
-            "cluster": work.spec.name,
-            "base_policy": base_policy,
-            "metric": spec.describe(),
+            "trace": run.trace,
+            "cluster": run.work.spec.name,
+            "base_policy": run.setup.base_policy,
+            "metric": run.spec.describe(),
             "sim_config": s.config.model_dump(mode="json"),
             "warmup": s.warmup,
-            "seed": seed,
-            "workers": workers,
-            "epochs": epochs,
-            "windows_per_epoch": windows_per_epoch,
-            "window_size": window_size,
-            "train_fraction": train_fraction,
-            "jobs": jobs,
-            "cluster_arg": cluster,
-            "ppo": ppo.model_dump(mode="json"),
-            "model": model_cfg.model_dump(mode="json"),
-            "imitation_epochs": imitation_epochs,
+            "seed": cfg.seed,
+            "workers": cfg.workers,
+            "epochs": cfg.epochs,
+            "windows_per_epoch": cfg.windows_per_epoch,
+            "window_size": cfg.window_size,
+            "train_fraction": cfg.train_fraction,
+            "jobs": run.setup.n_jobs,
+            "cluster_arg": run.cluster,
+            "ppo": cfg.ppo.model_dump(mode="json"),
+            "model": cfg.model.model_dump(mode="json"),
+            "imitation_epochs": run.imitation_epochs,
             "imitation": imitation_info,
         },
         "history": [{k: _clean(v) for k, v in row.items()} for row in result.history],
         "best_epoch": result.best_epoch,
         "held_out": held_out,
-        "wall_seconds": time.perf_counter() - t0,
+        "wall_seconds": wall_seconds,
     }
-    (out / "train_log.json").write_text(json.dumps(log, indent=2))
-    console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")
 
 
 def _imitation_warm_start(

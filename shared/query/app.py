@@ -13,7 +13,7 @@ globals, where those settings are not.
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
@@ -110,10 +110,8 @@ def _metrics(app: FastAPI) -> CollectorRegistry:
     return registry
 
 
-def create_app(store: StoreSettings | None = None, settings: QuerySettings | None = None) -> FastAPI:
-    """The query API over the store at ``store.database_url``; the engine opens with the app's lifespan."""
-    store = store or StoreSettings()
-    settings = settings or QuerySettings()
+def _lifespan(store: StoreSettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the engine of ``store`` opens with the app and is disposed with it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -125,19 +123,17 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
         finally:
             await app.state.engine.dispose()
 
-    app = FastAPI(
-        title="Hylo query API",
-        version="1",
-        summary="Read-only access to Hylo's scheduling decisions, job outcomes and model versions.",
-        description=(
-            "Times named `*_s` are seconds on the cluster's clock; `*_at` are UTC wall-clock timestamps. "
-            "Errors are `{detail, errors}` with `detail` naming the parameter and what was expected."
-        ),
-        openapi_tags=TAGS,
-        lifespan=lifespan,
-    )
-    install(app)
-    registry = _metrics(app)
+    return lifespan
+
+
+def _check_window(since: float | None, until: float | None) -> None:
+    """``until`` must come after ``since`` when both are given (the window is ``[since, until)``)."""
+    if since is not None and until is not None and until <= since:
+        raise BadParameter("until", f"expected a time after since={since}", got=until)
+
+
+def _add_operation_routes(app: FastAPI, settings: QuerySettings, registry: CollectorRegistry) -> None:
+    """``/healthz``, ``/readyz`` and ``/metrics``: what the orchestrator and Prometheus ask."""
 
     @app.get("/healthz", tags=["operations"], summary="the process is alive")
     async def healthz() -> Health:
@@ -167,10 +163,18 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_cluster_routes(app: FastAPI) -> None:
+    """``/v1/clusters``."""
+
     @app.get("/v1/clusters", tags=["clusters"], summary="clusters in the store", responses=UNAVAILABLE)
     async def clusters(conn: Conn) -> ClusterList:
         rows = await queries.list_clusters(conn)
         return ClusterList(clusters=[ClusterOut.model_validate(r) for r in rows])
+
+
+def _add_decision_routes(app: FastAPI, settings: QuerySettings) -> None:
+    """``/v1/decisions``: its page size limits come from ``settings``."""
 
     @app.get(
         "/v1/decisions",
@@ -209,8 +213,7 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
             str | None, Query(max_length=512, description="`next_cursor` of the previous page")
         ] = None,
     ) -> DecisionPage:
-        if since is not None and until is not None and until <= since:
-            raise BadParameter("until", f"expected a time after since={since}", got=until)
+        _check_window(since, until)
         after = None
         if cursor is not None:
             try:
@@ -235,6 +238,10 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
             limit=limit,
             next_cursor=nxt.encode() if nxt else None,
         )
+
+
+def _add_job_routes(app: FastAPI, settings: QuerySettings) -> None:
+    """``/v1/jobs/{cluster}/{job_id}``: its history limit comes from ``settings``."""
 
     @app.get(
         "/v1/jobs/{cluster}/{job_id:path}",
@@ -282,6 +289,10 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
             decisions=entries,
         )
 
+
+def _add_model_routes(app: FastAPI) -> None:
+    """``/v1/models`` and ``/v1/models/{version}``."""
+
     @app.get(
         "/v1/models",
         tags=["models"],
@@ -315,6 +326,9 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
         values["outcomes"] = ModelOutcomes.model_validate(summary) if summary is not None else None
         return ModelDetail.model_validate(values)
 
+
+def _add_report_routes(app: FastAPI) -> None:
+    """``/v1/report``: the HTML report of a cluster, drawn in a worker thread."""
     # one report is drawn at a time: matplotlib's font cache and settings are shared by threads, and a
     # report keeps a CPU core busy for a second or more
     report_lock = asyncio.Lock()
@@ -361,8 +375,7 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
             Query(allow_inf_nan=False, description="up to this cluster-clock time (s), exclusive"),
         ] = None,
     ) -> HTMLResponse:
-        if since is not None and until is not None and until <= since:
-            raise BadParameter("until", f"expected a time after since={since}", got=until)
+        _check_window(since, until)
         engine: AsyncEngine = request.app.state.engine
         try:
             async with engine.connect() as conn:
@@ -377,4 +390,29 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
             page = await asyncio.to_thread(render_report, data)
         return HTMLResponse(page)
 
+
+def create_app(store: StoreSettings | None = None, settings: QuerySettings | None = None) -> FastAPI:
+    """The query API over the store at ``store.database_url``; the engine opens with the app's lifespan."""
+    store = store or StoreSettings()
+    settings = settings or QuerySettings()
+    app = FastAPI(
+        title="Hylo query API",
+        version="1",
+        summary="Read-only access to Hylo's scheduling decisions, job outcomes and model versions.",
+        description=(
+            "Times named `*_s` are seconds on the cluster's clock; `*_at` are UTC wall-clock timestamps. "
+            "Errors are `{detail, errors}` with `detail` naming the parameter and what was expected."
+        ),
+        openapi_tags=TAGS,
+        lifespan=_lifespan(store),
+    )
+    install(app)
+    registry = _metrics(app)
+    # registered in this order, which is also the order of the OpenAPI document's paths
+    _add_operation_routes(app, settings, registry)
+    _add_cluster_routes(app)
+    _add_decision_routes(app, settings)
+    _add_job_routes(app, settings)
+    _add_model_routes(app)
+    _add_report_routes(app)
     return app
