@@ -1615,38 +1615,54 @@ def _overlap(i, w, c, W, C, SW, SC):
 
 @njit(cache=True)
 def _repin(g, cnt, onode, ow, oc, om, geo, S, SS):
-    """``shared.scheduling.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
-    group g, in place: S holds the free state now, SS the state at the reservation time."""
+    """``shared.sim.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
+    group g, in place: S holds the free state now, SS the state at the reservation time.
+
+    Only a node that running jobs release something on by then can have less overlap than a plan
+    node (elsewhere a take overlaps in full), so candidates are listed once, in id order, and a
+    candidate with no overlap ends a search (nothing beats it, and it has the lowest id)."""
     gbase, gn = geo[0], geo[1]
     W, C = S[0], S[1]
     SW, SC, SM = SS[0], SS[1], SS[2]
     span = W.shape[0] + 1
     keys = np.empty(cnt, dtype=np.int64)
+    worst = 0
     for z in range(cnt):
-        keys[z] = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC) * span + onode[z]
+        ov = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC)
+        worst = max(worst, ov)
+        keys[z] = ov * span + onode[z]
+    if worst == 0:
+        return
     visit = np.argsort(-keys)  # overlap, largest first, then the highest id (keys are distinct)
-    mark = np.zeros(0, dtype=np.bool_)
+    mark = np.zeros(gn[g], dtype=np.bool_)
+    for y in range(cnt):
+        mark[onode[y] - gbase[g]] = True
+    cand = np.empty(gn[g], dtype=np.int64)
+    n_cand = 0
+    for t in range(gn[g]):
+        i = gbase[g] + t
+        if SW[i] > W[i] or SC[i] > C[i]:
+            cand[n_cand] = i
+            n_cand += 1
     for v in range(cnt):
         z = visit[v]
         ov = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC)
         if ov == 0:
             break
-        if mark.shape[0] == 0:
-            mark = np.zeros(gn[g], dtype=np.bool_)
-            for y in range(cnt):
-                mark[onode[y] - gbase[g]] = True
         w, c, m = ow[z], oc[z], om[z]
         best_ov = ov
         best_i = -1
-        for t in range(gn[g]):
-            if mark[t]:
+        for q in range(n_cand):
+            i = cand[q]
+            if mark[i - gbase[g]]:
                 continue
-            i = gbase[g] + t
             if SW[i] >= w and SC[i] >= c and SM[i] >= m:
                 o = _overlap(i, w, c, W, C, SW, SC)
                 if o < best_ov:
                     best_ov = o
                     best_i = i
+                    if o == 0:
+                        break
         if best_i >= 0:
             mark[onode[z] - gbase[g]] = False
             mark[best_i - gbase[g]] = True
