@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 import typer
@@ -13,13 +13,232 @@ from rich.markup import escape
 from rich.table import Table
 
 from shared.cli.common import console, fail, progress_bar
-from shared.metrics import PolicyComparison, chronological_split, make_windows
-from shared.model import ActorCritic, CheckpointError
+from shared.features import FeatureSchema
+from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
+from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES
+from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
 from shared.rl.setup import RunSetup, load_runner, load_trained
+from shared.sim.evaluate import PreparedWorkload
 
 METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while_waiting")
+
+
+def _load_model(checkpoint: Path, untrained: bool) -> tuple[ActorCritic, ModelCard, FeatureSchema]:
+    """The checkpoint's model, card and feature schema; with ``untrained``, the model the trainer
+    started from instead of the weights (how much of the result is training's)."""
+    try:
+        model, card, schema = load_trained(checkpoint)
+    except CheckpointError as err:
+        raise fail(f"cannot use checkpoint: {err}") from None
+    if untrained:
+        torch.manual_seed(card.training.seed)
+        model = ActorCritic(card.model).eval()
+    return model, card, schema
+
+
+def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[list[str], list[str]]:
+    """The baselines (the model's base policy among them, first if not given) and the transfer
+    bases of the options, every name checked."""
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    bases = [p.strip() for p in transfer.split(",") if p.strip()]
+    unknown = [p for p in names + bases if p not in POLICY_NAMES]
+    if unknown:
+        raise fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
+    if base_policy not in names:
+        names.insert(0, base_policy)
+    return names, bases
+
+
+def _run_setup(
+    info: TrainingInfo,
+    sampling: str,
+    *,
+    paper: bool | None,
+    warmup: int | None,
+    estimates: str,
+    jobs: int | None,
+    load: float | None,
+    placement: str | None,
+) -> RunSetup:
+    """How episodes are simulated: each option as given, or else as recorded at training."""
+    extra = info.extra
+    sim_cfg = extra.get("sim_config")
+    trained_paper = isinstance(sim_cfg, dict) and sim_cfg.get("backfill") == "none"
+    use_paper = trained_paper if paper is None else paper
+    trained_warmup = extra.get("warmup")
+    return RunSetup(
+        base_policy=info.base_policy,
+        metric=info.metric,
+        paper=use_paper,
+        estimates=estimates,
+        warmup=warmup
+        if warmup is not None
+        else (trained_warmup if isinstance(trained_warmup, int) else None),
+        sampling=sampling,
+        seed=info.seed,  # the workload (embedded jobs, estimate noise) as trained; --seed picks windows
+        n_jobs=jobs or (n_default if isinstance(n_default := extra.get("jobs"), int) else 20_000),
+        target_load=load
+        if load is not None
+        else (tl if isinstance(tl := extra.get("load"), float) else None),
+        placement=placement or (pl if isinstance(pl := extra.get("placement"), str) else None),
+    )
+
+
+def _load(
+    trace: str | None, cluster: str | None, info: TrainingInfo, setup: RunSetup
+) -> tuple[PreparedWorkload, EpisodeRunner]:
+    """The workload and its episode runner: the trace and cluster given, or else the trained ones
+    (the trained cluster only with the trained trace)."""
+    trace_name = trace or (None if info.trace == "embedded" else info.trace)
+    from shared.traces import TraceFormatError, TraceNotFoundError
+
+    try:
+        cluster_arg = info.extra.get("cluster_arg")
+        trained_cluster = cluster_arg if isinstance(cluster_arg, str) and trace is None else None
+        return load_runner(trace_name, cluster or trained_cluster, setup)
+    except (TraceFormatError, TraceNotFoundError, ValueError) as err:
+        raise fail(str(err)) from None
+
+
+def _held_out_windows(
+    n: int, frac: float, size: int, windows: int, seed: int, overlap: bool
+) -> tuple[range, list[Window]]:
+    """The jobs after the training part of ``n`` (fraction ``frac``), and the windows chosen among them."""
+    _, test = chronological_split(n, frac)
+    try:
+        chosen = make_windows(test, size, windows, seed=seed, overlap=overlap)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    return test, chosen
+
+
+def _describe(
+    work: PreparedWorkload,
+    runner: EpisodeRunner,
+    info: TrainingInfo,
+    test: range,
+    chosen: list[Window],
+    size: int,
+    windows: int,
+) -> None:
+    """What is evaluated on what, and a warning when fewer windows fit than were asked for."""
+    s = runner.settings
+    console.print(
+        f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/]: {len(chosen)} held-out windows "
+        f"of {size} jobs (jobs {test.start:,}..{test.stop - 1:,}); model trained with base "
+        f"{info.base_policy}, metric {info.metric}; backfill={s.config.backfill}, warm-up {s.warmup} jobs"
+    )
+    if len(chosen) < windows:
+        console.print(f"[yellow]only {len(chosen)} windows fit in the test part[/]")
+
+
+def _run_all(
+    runner: EpisodeRunner,
+    model: ActorCritic,
+    chosen: list[Window],
+    names: list[str],
+    labels: list[str],
+    *,
+    sampled: bool,
+    bases: list[str],
+    seed: int,
+) -> dict[str, list[WindowMetrics]]:
+    """Every row's per-window metrics, behind one progress bar per row (``labels``, in order)."""
+    progress = progress_bar()
+    with progress:
+        tasks = {p: progress.add_task(f"{p:18s}", total=len(chosen)) for p in labels}
+        per = evaluate_learned(
+            runner,
+            model,
+            chosen,
+            names,
+            sampled=sampled,
+            transfer=bases,
+            seed=seed,
+            progress=lambda p, k: progress.update(tasks[p], completed=k),
+        )
+    return {p: per[p] for p in labels}
+
+
+def _transfer_rows(
+    per: dict[str, list[WindowMetrics]], bases: list[str], seed: int
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per transfer base Y: the learned policy laid over Y against Y alone, paired, per metric."""
+    transfer_rows = {}
+    for b in bases:
+        pair = PolicyComparison(
+            {b: per[b], "learned": per[transfer_name(b)]}, baseline=b, metrics=METRICS, seed=seed
+        )
+        transfer_rows[b] = {m: pair.vs_baseline(m, "learned").to_dict() for m in METRICS}  # type: ignore[union-attr]
+    return transfer_rows
+
+
+def _print_transfer(transfer_rows: dict[str, dict[str, dict[str, Any]]], base_policy: str) -> None:
+    """The transfer rows as a table of relative gains (the first three metrics), if there are any."""
+    if not transfer_rows:
+        return
+    table = Table(title=f"transfer: trained with {base_policy}, laid over base Y, vs Y")
+    table.add_column("Y")
+    for m in METRICS[:3]:
+        table.add_column(f"{m} gain [95% CI]", justify="right")
+    for b, row in transfer_rows.items():
+        table.add_row(
+            b,
+            *[
+                f"{row[m]['rel_improvement']:+.1%} [{row[m]['rel_low']:+.1%}, {row[m]['rel_high']:+.1%}]"
+                for m in METRICS[:3]
+            ],
+        )
+    console.print(table)
+
+
+def _setup_record(
+    checkpoint: Path,
+    card: ModelCard,
+    work: PreparedWorkload,
+    runner: EpisodeRunner,
+    test: range,
+    chosen: list[Window],
+    *,
+    size: int,
+    frac: float,
+    overlap: bool,
+    seed: int,
+    untrained: bool,
+    t0: float,
+) -> dict[str, Any]:
+    """The report's ``setup``: the model, the workload, the windows and the settings evaluated
+    under, and the wall time since the workload began loading (``t0``)."""
+    s = runner.settings
+    return {
+        "checkpoint": str(checkpoint),
+        "card": json.loads(card.model_dump_json()),
+        "workload": work.name,
+        "cluster": work.spec.name,
+        "test_jobs": [test.start, test.stop],
+        "windows": [w.label for w in chosen],
+        "window_size": size,
+        "train_fraction": frac,
+        "overlap": overlap,
+        "sim_config": s.config.model_dump(mode="json"),
+        "warmup": s.warmup,
+        "seed": seed,
+        "untrained": untrained,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+
+
+def _write_outputs(comparison: PolicyComparison, report: dict[str, Any], out: Path, plots: bool) -> None:
+    """``evaluate.json`` and, unless ``plots`` is off, the PNG plots, under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "evaluate.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"wrote {path}")
+    if plots:
+        for p in comparison.plot(out):
+            console.print(f"wrote {p}")
 
 
 def evaluate_command(
@@ -61,87 +280,32 @@ def evaluate_command(
 ) -> None:
     """Evaluate a trained prioritizer on held-out windows against the base policies (paired, 95% CIs)."""
     torch.set_num_threads(1)
-    try:
-        model, card, schema = load_trained(checkpoint)
-    except CheckpointError as err:
-        raise fail(f"cannot use checkpoint: {err}") from None
+    model, card, schema = _load_model(checkpoint, untrained)
     info = card.training
     extra = info.extra
-    if untrained:  # the model the trainer started from: how much of the result is training's
-        torch.manual_seed(info.seed)
-        model = ActorCritic(card.model).eval()
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    bases = [p.strip() for p in transfer.split(",") if p.strip()]
-    unknown = [p for p in names + bases if p not in POLICY_NAMES]
-    if unknown:
-        raise fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
-    if info.base_policy not in names:
-        names.insert(0, info.base_policy)
-    sim_cfg = extra.get("sim_config")
-    trained_paper = isinstance(sim_cfg, dict) and sim_cfg.get("backfill") == "none"
-    use_paper = trained_paper if paper is None else paper
-    trained_warmup = extra.get("warmup")
+    names, bases = _checked_policies(policies, transfer, info.base_policy)
     size_default = extra.get("window_size")
     size = window_size or (size_default if isinstance(size_default, int) else 256)
-    setup = RunSetup(
-        base_policy=info.base_policy,
-        metric=info.metric,
-        paper=use_paper,
+    setup = _run_setup(
+        info,
+        schema.sampling.mode,
+        paper=paper,
+        warmup=warmup,
         estimates=estimates,
-        warmup=warmup
-        if warmup is not None
-        else (trained_warmup if isinstance(trained_warmup, int) else None),
-        sampling=schema.sampling.mode,
-        seed=info.seed,  # the workload (embedded jobs, estimate noise) as trained; --seed picks windows
-        n_jobs=jobs or (n_default if isinstance(n_default := extra.get("jobs"), int) else 20_000),
-        target_load=load
-        if load is not None
-        else (tl if isinstance(tl := extra.get("load"), float) else None),
-        placement=placement or (pl if isinstance(pl := extra.get("placement"), str) else None),
+        jobs=jobs,
+        load=load,
+        placement=placement,
     )
-    trace_name = trace or (None if info.trace == "embedded" else info.trace)
-    from shared.traces import TraceFormatError, TraceNotFoundError
-
     t0 = time.perf_counter()
-    try:
-        cluster_arg = extra.get("cluster_arg")
-        trained_cluster = cluster_arg if isinstance(cluster_arg, str) and trace is None else None
-        work, runner = load_runner(trace_name, cluster or trained_cluster, setup)
-    except (TraceFormatError, TraceNotFoundError, ValueError) as err:
-        raise fail(str(err)) from None
-    n = len(work.bound.jobs)
+    work, runner = _load(trace, cluster, info, setup)
     frac_default = extra.get("train_fraction")
     frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
-    _, test = chronological_split(n, frac)
-    try:
-        chosen = make_windows(test, size, windows, seed=seed, overlap=overlap)
-    except ValueError as err:
-        raise fail(str(err)) from None
-    s = runner.settings
-    console.print(
-        f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/]: {len(chosen)} held-out windows "
-        f"of {size} jobs (jobs {test.start:,}..{test.stop - 1:,}); model trained with base "
-        f"{info.base_policy}, metric {info.metric}; backfill={s.config.backfill}, warm-up {s.warmup} jobs"
-    )
-    if len(chosen) < windows:
-        console.print(f"[yellow]only {len(chosen)} windows fit in the test part[/]")
+    test, chosen = _held_out_windows(len(work.bound.jobs), frac, size, windows, seed, overlap)
+    _describe(work, runner, info, test, chosen, size, windows)
     labels = names + [GREEDY] + ([SAMPLED] if sampled else []) + [transfer_name(b) for b in bases]
-    progress = progress_bar()
-    with progress:
-        tasks = {p: progress.add_task(f"{p:18s}", total=len(chosen)) for p in labels}
-        per = evaluate_learned(
-            runner,
-            model,
-            chosen,
-            names,
-            sampled=sampled,
-            transfer=bases,
-            seed=seed,
-            progress=lambda p, k: progress.update(tasks[p], completed=k),
-        )
-    ordered = {p: per[p] for p in labels}
+    per = _run_all(runner, model, chosen, names, labels, sampled=sampled, bases=bases, seed=seed)
     comparison = PolicyComparison(
-        ordered,
+        per,
         baseline=info.base_policy,
         metrics=METRICS,
         seed=seed,
@@ -149,47 +313,21 @@ def evaluate_command(
     )
     console.print(comparison.table(compact=True))
     report = comparison.to_dict()
-    transfer_rows = {}
-    for b in bases:
-        pair = PolicyComparison(
-            {b: per[b], "learned": per[transfer_name(b)]}, baseline=b, metrics=METRICS, seed=seed
-        )
-        transfer_rows[b] = {m: pair.vs_baseline(m, "learned").to_dict() for m in METRICS}  # type: ignore[union-attr]
-    if transfer_rows:
-        table = Table(title=f"transfer: trained with {info.base_policy}, laid over base Y, vs Y")
-        table.add_column("Y")
-        for m in METRICS[:3]:
-            table.add_column(f"{m} gain [95% CI]", justify="right")
-        for b, row in transfer_rows.items():
-            table.add_row(
-                b,
-                *[
-                    f"{row[m]['rel_improvement']:+.1%} [{row[m]['rel_low']:+.1%}, {row[m]['rel_high']:+.1%}]"
-                    for m in METRICS[:3]
-                ],
-            )
-        console.print(table)
-    report["setup"] = {
-        "checkpoint": str(checkpoint),
-        "card": json.loads(card.model_dump_json()),
-        "workload": work.name,
-        "cluster": work.spec.name,
-        "test_jobs": [test.start, test.stop],
-        "windows": [w.label for w in chosen],
-        "window_size": size,
-        "train_fraction": frac,
-        "overlap": overlap,
-        "sim_config": s.config.model_dump(mode="json"),
-        "warmup": s.warmup,
-        "seed": seed,
-        "untrained": untrained,
-        "wall_seconds": time.perf_counter() - t0,
-    }
+    transfer_rows = _transfer_rows(per, bases, seed)
+    _print_transfer(transfer_rows, info.base_policy)
+    report["setup"] = _setup_record(
+        checkpoint,
+        card,
+        work,
+        runner,
+        test,
+        chosen,
+        size=size,
+        frac=frac,
+        overlap=overlap,
+        seed=seed,
+        untrained=untrained,
+        t0=t0,
+    )
     report["transfer"] = transfer_rows
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "evaluate.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    console.print(f"wrote {path}")
-    if plots:
-        for p in comparison.plot(out):
-            console.print(f"wrote {p}")
+    _write_outputs(comparison, report, out, plots)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from rich.markup import escape
 from shared.cli.common import console, fail, progress_bar
 from shared.domain.cluster import SpecError
 from shared.features import FeatureSampler
-from shared.metrics import PolicyComparison, WindowMetrics, chronological_split, make_windows
+from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.policies import POLICY_NAMES, make_policy
 from shared.policies.base import Policy
 from shared.scheduling.result import SimResult
@@ -72,6 +73,223 @@ def _learned(checkpoint: Path) -> tuple[str, PolicyFactory]:
         )
 
     return f"learned/{base}", factory
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the options resolve to, every one checked before the workload loads (a typo should not
+    cost a trace load).
+
+    names: the policies, the learned one (``--model``) last; rows: the table's rows, ``policy`` or,
+    in a placement ablation, ``policy@placement``; warmup: ``--warmup`` as resolved (``--paper``'s
+    cold windows).
+    """
+
+    names: list[str]
+    placements: list[str]
+    rows: list[str]
+    config: SimConfig
+    warmup: int | None
+    factories: dict[str, PolicyFactory]
+
+    @property
+    def ablation(self) -> bool:
+        return len(self.placements) > 1
+
+
+def _checked_names(policies: str, backfill: str, split: str, placement: str) -> tuple[list[str], list[str]]:
+    """The policy and placement names of the options, each choice option checked."""
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICY_NAMES]
+    if unknown or not names:
+        raise fail(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
+    if backfill not in ("easy", "greedy", "none"):
+        raise fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
+    if split not in ("all", "test"):
+        raise fail(f"--split must be all or test, not {split!r}")
+    placements = [p.strip() for p in placement.split(",") if p.strip()]
+    bad = [p for p in placements if p not in PLACEMENTS]
+    if bad or not placements:
+        raise fail(f"--placement must be from {', '.join(PLACEMENTS)}, not {placement!r}")
+    return names, placements
+
+
+def _sim_config(
+    *,
+    paper: bool,
+    placement: str,
+    placements: list[str],
+    backfill: str,
+    estimates: str,
+    max_reservations: int,
+    node_slack: int,
+    warmup: int | None,
+) -> tuple[SimConfig, list[str], int | None]:
+    """The simulator's configuration, the placements and the warm-up: ``--paper``'s, or the options'."""
+    if paper:
+        config = SimConfig.paper()
+        warmup = 0 if warmup is None else warmup
+        if placement == "best-fit":  # the option's default: the paper's own first-fit
+            placements = [config.placement]
+        return config, placements, warmup
+    try:
+        config = SimConfig(
+            backfill=backfill,
+            placement=placements[0],
+            oracle_runtimes=estimates == "oracle",
+            max_reservations=max_reservations,
+            node_slack=node_slack,
+        )
+    except ValueError as err:
+        raise fail(str(err)) from None
+    return config, placements, warmup
+
+
+def _plan(
+    *,
+    policies: str,
+    placement: str,
+    backfill: str,
+    split: str,
+    paper: bool,
+    estimates: str,
+    max_reservations: int,
+    node_slack: int,
+    warmup: int | None,
+    model: Path | None,
+    baseline: str | None,
+) -> _Plan:
+    """The options resolved and checked, the learned policy's checkpoint loaded."""
+    names, placements = _checked_names(policies, backfill, split, placement)
+    config, placements, warmup = _sim_config(
+        paper=paper,
+        placement=placement,
+        placements=placements,
+        backfill=backfill,
+        estimates=estimates,
+        max_reservations=max_reservations,
+        node_slack=node_slack,
+        warmup=warmup,
+    )
+    factories: dict[str, PolicyFactory] = {}
+    if model is not None:
+        learned_name, factory = _learned(model)
+        factories[learned_name] = factory
+        names.append(learned_name)
+    ablation = len(placements) > 1
+    rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
+    if baseline is not None and baseline not in rows:  # checked before anything runs
+        raise fail(f"unknown --baseline {baseline!r}; choose from {', '.join(rows)}")
+    return _Plan(names, placements, rows, config, warmup, factories)
+
+
+def _load_and_describe(
+    trace: str | None,
+    cluster: str | None,
+    jobs: int,
+    seed: int,
+    estimates: str,
+    node_slack: int,
+    load: float | None,
+) -> PreparedWorkload:
+    """``_load`` under a status line, then what was loaded and what was left out of it."""
+    t0 = time.perf_counter()
+    with console.status("loading workload"):
+        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load)
+    spec = work.spec
+    console.print(
+        f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
+        f"({spec.total_nodes:,} nodes, {spec.total_gpus:,} GPUs): "
+        f"{len(work.bound.jobs):,} jobs, loaded in {time.perf_counter() - t0:.1f}s"
+    )
+    for e in work.exclusions:
+        console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
+    return work
+
+
+def _choose_windows(n: int, split: str, window_size: int, windows: int, seed: int) -> list[Window]:
+    """The evaluation windows among the ``n`` jobs: from all of them, or from the last 10%."""
+    _, test = chronological_split(n, 0.9)
+    pool = test if split == "test" else range(0, n)
+    try:
+        return make_windows(pool, window_size, windows, seed=seed)
+    except ValueError as err:
+        raise fail(str(err)) from None
+
+
+def _run_placements(
+    work: PreparedWorkload, plan: _Plan, chosen: list[Window]
+) -> tuple[dict[str, list[WindowMetrics]], dict[str, list[SimResult]]]:
+    """Every policy under every placement on the chosen windows, behind one progress bar per row:
+    the metrics and the runs by row name."""
+    progress = progress_bar()
+    per_policy: dict[str, list[WindowMetrics]] = {}
+    runs: dict[str, list[SimResult]] = {}
+    with progress:
+        tasks = {r: progress.add_task(f"{r:20s}", total=len(chosen)) for r in plan.rows}
+        for pl in plan.placements:
+            cfg_pl = plan.config.model_copy(update={"placement": pl})
+            label = {p: f"{p}@{pl}" if plan.ablation else p for p in plan.names}
+
+            def advance(policy: str, done: int, label: dict[str, str] = label) -> None:
+                progress.update(tasks[label[policy]], completed=done)
+
+            metrics, results = evaluate_policies(
+                work,
+                plan.names,
+                cfg_pl,
+                chosen,
+                warmup=plan.warmup,
+                progress=advance,
+                factories=plan.factories,
+            )
+            for p in plan.names:
+                per_policy[label[p]] = [m.model_copy(update={"policy": label[p]}) for m in metrics[p]]
+                runs[label[p]] = results[p]
+    return per_policy, runs
+
+
+def _setup_record(
+    work: PreparedWorkload,
+    plan: _Plan,
+    chosen: list[Window],
+    runs: dict[str, list[SimResult]],
+    *,
+    estimates: str,
+    load: float | None,
+    split: str,
+    seed: int,
+) -> dict[str, object]:
+    """The report's ``setup``: what was simulated, how, and what the simulations cost."""
+    return {
+        "workload": work.name,
+        "cluster": work.spec.name,
+        "jobs": len(work.bound.jobs),
+        "excluded": [{"reason": e.reason, "count": e.count} for e in work.exclusions],
+        "config": plan.config.model_dump(),
+        "estimates": estimates,
+        "target_load": load,
+        "windows": [w.label for w in chosen],
+        "warmup": plan.warmup,
+        "split": split,
+        "seed": seed,
+        "sim_seconds": {p: sum(r.wall_seconds for r in rs) for p, rs in runs.items()},
+        "placements": plan.placements,
+        "placer_stats": {
+            p: [r.placer_stats for r in rs] for p, rs in runs.items() if rs and rs[0].placer_stats
+        },
+    }
+
+
+def _write_outputs(comparison: PolicyComparison, report: dict[str, object], out: Path, plots: bool) -> None:
+    """``simulate.json`` and, unless ``plots`` is off, the PNG plots, under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "simulate.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"wrote {path}")
+    if plots:
+        for png in comparison.plot(out):
+            console.print(f"wrote {png}")
 
 
 def simulate_command(
@@ -142,117 +360,35 @@ def simulate_command(
     ] = None,
 ) -> None:
     """Simulate base policies on the same windows and print a policy x metric table with 95% CIs."""
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICY_NAMES]
-    if unknown or not names:
-        raise fail(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
-    if backfill not in ("easy", "greedy", "none"):
-        raise fail(f"--backfill must be easy, greedy or none, not {backfill!r}")
-    if split not in ("all", "test"):
-        raise fail(f"--split must be all or test, not {split!r}")
-    placements = [p.strip() for p in placement.split(",") if p.strip()]
-    bad = [p for p in placements if p not in PLACEMENTS]
-    if bad or not placements:
-        raise fail(f"--placement must be from {', '.join(PLACEMENTS)}, not {placement!r}")
-    if paper:
-        config = SimConfig.paper()
-        warmup = 0 if warmup is None else warmup
-        if placement == "best-fit":  # the option's default: the paper's own first-fit
-            placements = [config.placement]
-    else:
-        try:
-            config = SimConfig(
-                backfill=backfill,
-                placement=placements[0],
-                oracle_runtimes=estimates == "oracle",
-                max_reservations=max_reservations,
-                node_slack=node_slack,
-            )
-        except ValueError as err:
-            raise fail(str(err)) from None
-
-    factories: dict[str, PolicyFactory] = {}
-    if model is not None:
-        learned_name, factory = _learned(model)
-        factories[learned_name] = factory
-        names.append(learned_name)
-    ablation = len(placements) > 1
-    rows = [f"{p}@{pl}" if ablation else p for pl in placements for p in names]
-    if baseline is not None and baseline not in rows:  # checked before anything runs
-        raise fail(f"unknown --baseline {baseline!r}; choose from {', '.join(rows)}")
-
-    t0 = time.perf_counter()
-    with console.status("loading workload"):
-        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load)
-    spec = work.spec
-    console.print(
-        f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
-        f"({spec.total_nodes:,} nodes, {spec.total_gpus:,} GPUs): "
-        f"{len(work.bound.jobs):,} jobs, loaded in {time.perf_counter() - t0:.1f}s"
+    plan = _plan(
+        policies=policies,
+        placement=placement,
+        backfill=backfill,
+        split=split,
+        paper=paper,
+        estimates=estimates,
+        max_reservations=max_reservations,
+        node_slack=node_slack,
+        warmup=warmup,
+        model=model,
+        baseline=baseline,
     )
-    for e in work.exclusions:
-        console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
-
-    n = len(work.bound.jobs)
-    _, test = chronological_split(n, 0.9)
-    pool = test if split == "test" else range(0, n)
-    try:
-        chosen = make_windows(pool, window_size, windows, seed=seed)
-    except ValueError as err:
-        raise fail(str(err)) from None
+    work = _load_and_describe(trace, cluster, jobs, seed, estimates, node_slack, load)
+    chosen = _choose_windows(len(work.bound.jobs), split, window_size, windows, seed)
+    config = plan.config
     console.print(
         f"{len(chosen)} windows of {window_size} jobs from {split} jobs; backfill={config.backfill}, "
         f"placement={config.placement}, estimates={'oracle' if config.oracle_runtimes else estimates}, "
-        f"warm-up={'one continuous run' if warmup is None else f'{warmup} jobs per window'}"
+        f"warm-up={'one continuous run' if plan.warmup is None else f'{plan.warmup} jobs per window'}"
     )
-
-    progress = progress_bar()
-    per_policy: dict[str, list[WindowMetrics]] = {}
-    runs: dict[str, list[SimResult]] = {}
-    with progress:
-        tasks = {r: progress.add_task(f"{r:20s}", total=len(chosen)) for r in rows}
-        for pl in placements:
-            cfg_pl = config.model_copy(update={"placement": pl})
-            label = {p: f"{p}@{pl}" if ablation else p for p in names}
-
-            def advance(policy: str, done: int, label: dict[str, str] = label) -> None:
-                progress.update(tasks[label[policy]], completed=done)
-
-            metrics, results = evaluate_policies(
-                work, names, cfg_pl, chosen, warmup=warmup, progress=advance, factories=factories
-            )
-            for p in names:
-                per_policy[label[p]] = [m.model_copy(update={"policy": label[p]}) for m in metrics[p]]
-                runs[label[p]] = results[p]
-
+    per_policy, runs = _run_placements(work, plan, chosen)
     comparison = PolicyComparison(
-        per_policy, baseline=baseline or rows[0], seed=seed, title=f"{work.name} on {spec.name}"
+        per_policy, baseline=baseline or plan.rows[0], seed=seed, title=f"{work.name} on {work.spec.name}"
     )
     console.print(comparison.table(compact=True))
     console.print(comparison.load_table())
-    out.mkdir(parents=True, exist_ok=True)
     report = comparison.to_dict()
-    report["setup"] = {
-        "workload": work.name,
-        "cluster": spec.name,
-        "jobs": n,
-        "excluded": [{"reason": e.reason, "count": e.count} for e in work.exclusions],
-        "config": config.model_dump(),
-        "estimates": estimates,
-        "target_load": load,
-        "windows": [w.label for w in chosen],
-        "warmup": warmup,
-        "split": split,
-        "seed": seed,
-        "sim_seconds": {p: sum(r.wall_seconds for r in rs) for p, rs in runs.items()},
-        "placements": placements,
-        "placer_stats": {
-            p: [r.placer_stats for r in rs] for p, rs in runs.items() if rs and rs[0].placer_stats
-        },
-    }
-    path = out / "simulate.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    console.print(f"wrote {path}")
-    if plots:
-        for png in comparison.plot(out):
-            console.print(f"wrote {png}")
+    report["setup"] = _setup_record(
+        work, plan, chosen, runs, estimates=estimates, load=load, split=split, seed=seed
+    )
+    _write_outputs(comparison, report, out, plots)

@@ -231,6 +231,18 @@ class WorkloadFeaturizer:
             raise ValueError(f"eligible has {jobs.eligible.shape[1]} groups, the cluster {empty.n_groups}")
         self.config = config
         self.n_groups = empty.n_groups
+        self._init_workload(jobs, empty)
+        self._init_static(jobs, empty)
+        self._init_compiled(jobs, empty)
+        n_kinds = self._init_kinds(jobs, empty)
+        self._init_kinds_kernel(empty, n_kinds)
+        self._init_kept(empty, n_kinds, incremental, all_kinds)
+
+    # -- set-up, once per workload (called in this order by ``__init__``) --------------------------
+
+    def _init_workload(self, jobs: QueueView, empty: ClusterView) -> None:
+        """The jobs' own arrays, their pools' fixed totals, and the workload's distinct requests,
+        numbered once."""
         self._cap_g = empty.capacity_gpus.astype(np.float64)
         self._total_cap = float(self._cap_g.sum())
         self._submit = jobs.submit_s
@@ -239,18 +251,19 @@ class WorkloadFeaturizer:
         self._demand = jobs.gpu_demand
         self._elig = jobs.eligible.astype(np.float64)
         elig = self._elig
-        unit, horizon = config.time_unit_s, config.horizon_s
-        pool_cap = elig @ self._cap_g  # integer-valued: exact in any summation order
-        self._pool_cap = pool_cap
+        self._pool_cap = elig @ self._cap_g  # integer-valued: exact in any summation order
         self._pool_nodes = elig @ empty.node_count.astype(np.float64)
-        demand, est = jobs.gpu_demand, jobs.est_runtime_s
-
-        # the distinct requests of the workload, numbered once
         req = distinct_requests(jobs, empty)
         self._req = req
         self._job_req = req.inverse
 
-        # the per-job columns that depend on the job alone, with compute_features's expressions
+    def _init_static(self, jobs: QueueView, empty: ClusterView) -> None:
+        """The per-job columns that depend on the job alone, with ``compute_features``'s
+        expressions, and the other per-job constants: the demand's share of its pool and the
+        ``num_ways`` normalizer (ways on the empty cluster)."""
+        unit, horizon = self.config.time_unit_s, self.config.horizon_s
+        pool_cap, req = self._pool_cap, self._req
+        demand, est = jobs.gpu_demand, jobs.est_runtime_s
         static = np.zeros((len(jobs), len(_STATIC)))
         col = _STATIC.index
         static[:, col("gpus")] = np.minimum(_ratio(np.log1p(demand), np.log1p(pool_cap)), 1.0)
@@ -270,13 +283,18 @@ class WorkloadFeaturizer:
         #: per selection: (position in the observation, row of ``_static_t`` or -1, name) of each column
         self._plans: dict[tuple[int, ...], tuple[tuple[int, int, str], ...]] = {}
         self._demand_share = _ratio(demand, pool_cap)  # demand_supply: each job spread over its pool
-        ways_empty = (ways_on_empty(req, empty)[req.inverse] * elig).sum(axis=1)
+        ways_empty = (ways_on_empty(req, empty)[req.inverse] * self._elig).sum(axis=1)
         self._log_ways_empty = np.log1p(ways_empty)
-        # for the compiled decision (``kernels.observe_kernel``): numpy's log1p of every possible
-        # count of ways (at most the cluster's nodes), of the horizon; the job-alone columns'
-        # positions; whether the released GPUs are integer sums (exact in the kernel's order)
+
+    def _init_compiled(self, jobs: QueueView, empty: ClusterView) -> None:
+        """What the compiled decision (``kernels.observe_kernel``) reads, the selections kept, and
+        the per-decision scratch."""
+        demand, est = jobs.gpu_demand, jobs.est_runtime_s
+        # numpy's log1p of every possible count of ways (at most the cluster's nodes), of the
+        # horizon; the job-alone columns' positions; whether the released GPUs are integer sums
+        # (exact in the kernel's order)
         self._log1p_int = np.log1p(np.arange(int(empty.node_count.sum()) + 1, dtype=np.float64))
-        self._log_horizon = np.log1p(horizon / unit)
+        self._log_horizon = np.log1p(self.config.horizon_s / self.config.time_unit_s)
         self._static_cols = np.array([JOB_FEATURES.index(name) for name in _STATIC], dtype=np.int64)
         self._released_exact = bool(
             np.array_equal(demand, np.round(demand)) and float(np.abs(demand).sum()) < 2.0**52
@@ -314,8 +332,11 @@ class WorkloadFeaturizer:
             self._elig,
         )
 
-        # jobs with the same request and the same eligible groups get the same placement counts:
-        # a decision sums over groups once per such kind, not once per job
+    def _init_kinds(self, jobs: QueueView, empty: ClusterView) -> int:
+        """The job kinds, and how many there are: jobs with the same request and the same eligible
+        groups get the same placement counts, so a decision sums over groups once per such kind,
+        not once per job."""
+        req, elig = self._req, self._elig
         n_groups = empty.n_groups
         if n_groups <= 62 and len(req.gpus) < (1 << (62 - n_groups)):
             bits = (jobs.eligible.astype(np.int64) << np.arange(n_groups, dtype=np.int64)).sum(axis=1)
@@ -338,6 +359,11 @@ class WorkloadFeaturizer:
         self._kind_elig_c = np.ascontiguousarray(self._kind_elig)
         #: the incremental case's kind values, by kind (``PlacementCounts.kinds``)
         self._kind_buf = np.zeros((len(first), 5))
+        return len(first)
+
+    def _init_kinds_kernel(self, empty: ClusterView, n_kinds: int) -> None:
+        """The kinds kernel's inputs and the per-decision deduplication's scratch."""
+        req = self._req
         self._levels = RequestLevels.of(req, empty)
         # the kinds kernel's inputs (int64, C-contiguous): request thresholds as ``RequestLevels``
         # without its int32 clipping (nodes' values are below 2**31: the same comparisons)
@@ -354,9 +380,15 @@ class WorkloadFeaturizer:
         )
         # scratch for the per-decision deduplication: position of each kind (request) in the
         # decision's sorted list of distinct ones (written before every read)
-        self._kind_pos = np.zeros(len(first), dtype=np.int64)
+        self._kind_pos = np.zeros(n_kinds, dtype=np.int64)
         self._req_pos = np.zeros(len(req.gpus), dtype=np.int64)
 
+    def _init_kept(
+        self, empty: ClusterView, n_kinds: int, incremental: bool | None, all_kinds: bool | None
+    ) -> None:
+        """What is kept across decisions, and which way (``incremental``, ``all_kinds``: chosen by
+        the cluster's size when not given), all of it empty to start with."""
+        req = self._req
         #: True when the caller's running jobs are always sorted by estimated end (``RunningJobs``)
         self.ends_sorted: bool | None = None
         # per-request placement counts, kept across free states on clusters large enough for the
@@ -367,13 +399,13 @@ class WorkloadFeaturizer:
         self.incremental = incremental
         # few kinds on a small cluster: every kind's values at once, per free state
         if all_kinds is None:
-            all_kinds = not incremental and len(first) * n_groups <= _ALL_KINDS_CELLS
+            all_kinds = not incremental and n_kinds * empty.n_groups <= _ALL_KINDS_CELLS
         self._all_kinds = all_kinds
         self._all_req = np.arange(len(req.gpus), dtype=np.int64)
         self._kinds_cache: dict[bytes, FloatArray] = {}
         #: free states whose per-kind values are kept (0: none, only the last version's); at most
         #: ``_STATES_KEPT``, and about 32 MB of values
-        self.states_kept = max(16, min(_STATES_KEPT, (1 << 22) // (5 * max(len(first), 1))))
+        self.states_kept = max(16, min(_STATES_KEPT, (1 << 22) // (5 * max(n_kinds, 1))))
         self._kinds_version: object = None
         self._kinds_values = np.zeros((0, 5))
         self._version: object = None
