@@ -39,8 +39,8 @@ def _load_model(checkpoint: Path, untrained: bool) -> tuple[ActorCritic, ModelCa
 
 
 def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[list[str], list[str]]:
-    """The baselines (the model's base policy among them, first if not given) and the transfer
-    bases of the options, every name checked."""
+    """The baselines (the model's base policy among them, first if not given; every transfer base
+    too) and the transfer bases of the options, every name checked."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
     bases = [p.strip() for p in transfer.split(",") if p.strip()]
     unknown = [p for p in names + bases if p not in POLICY_NAMES]
@@ -48,6 +48,8 @@ def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[l
         raise fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICY_NAMES)}")
     if base_policy not in names:
         names.insert(0, base_policy)
+    # a transfer base is compared with itself alone, so it runs as a baseline too
+    names += [b for b in dict.fromkeys(bases) if b not in names]
     return names, bases
 
 

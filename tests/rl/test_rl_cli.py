@@ -61,6 +61,18 @@ def test_evaluate_compares_with_baselines_on_held_out_windows(trained: Path, tmp
     assert (out / "box_bsld_mean.png").exists()
 
 
+def test_evaluate_runs_a_transfer_base_missing_from_policies(trained: Path, tmp_path: Path) -> None:
+    """--transfer Y compares the model laid over Y with Y alone: Y runs even when --policies
+    leaves it out (it raised a KeyError traceback before)."""
+    out = tmp_path / "eval"
+    args = ["evaluate", "--checkpoint", str(trained / "checkpoint"), "--windows", "1", "--policies", "fcfs"]
+    result = runner.invoke(app, [*args, "--transfer", "wfp3", "--no-sampled", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "evaluate.json").read_text())
+    assert {"fcfs", "wfp3", "learned/wfp3"} <= set(report["policies"])
+    assert set(report["transfer"]) == {"wfp3"}
+
+
 def test_evaluate_refuses_a_checkpoint_with_another_feature_schema(trained: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
