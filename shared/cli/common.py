@@ -1,12 +1,19 @@
-"""What every command shares: the console, a clean error exit, the progress bar."""
+"""What every command shares: the console, a clean error exit, the progress bar, the report files."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from shared.metrics import PolicyComparison
 
 console = Console()
 
@@ -26,6 +33,20 @@ def progress_bar() -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+def write_comparison(
+    comparison: PolicyComparison, report: dict[str, Any], out: Path, name: str, plots: bool
+) -> None:
+    """``out/<name>`` (the report as JSON) and, unless ``plots`` is off, the comparison's PNG plots
+    (``hylo simulate`` and ``hylo evaluate`` write the same files)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    path.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"wrote {path}")
+    if plots:
+        for png in comparison.plot(out):
+            console.print(f"wrote {png}")
 
 
 async def migrated_engine(url: str) -> AsyncEngine:

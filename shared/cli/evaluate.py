@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shared.cli.common import console, fail, progress_bar
+from shared.cli.common import console, fail, progress_bar, write_comparison
 from shared.features import FeatureSchema
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
@@ -232,17 +232,6 @@ def _setup_record(
     }
 
 
-def _write_outputs(comparison: PolicyComparison, report: dict[str, Any], out: Path, plots: bool) -> None:
-    """``evaluate.json`` and, unless ``plots`` is off, the PNG plots, under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "evaluate.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    console.print(f"wrote {path}")
-    if plots:
-        for p in comparison.plot(out):
-            console.print(f"wrote {p}")
-
-
 def evaluate_command(
     checkpoint: Annotated[Path, typer.Option(help="checkpoint folder written by hylo train")],
     trace: Annotated[str | None, typer.Option(help="trace (default: the checkpoint's)")] = None,
@@ -332,4 +321,4 @@ def evaluate_command(
         t0=t0,
     )
     report["transfer"] = transfer_rows
-    _write_outputs(comparison, report, out, plots)
+    write_comparison(comparison, report, out, "evaluate.json", plots)

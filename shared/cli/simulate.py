@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail, progress_bar
+from shared.cli.common import console, fail, progress_bar, write_comparison
 from shared.domain.cluster import SpecError
 from shared.features import FeatureSampler
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
@@ -281,17 +280,6 @@ def _setup_record(
     }
 
 
-def _write_outputs(comparison: PolicyComparison, report: dict[str, object], out: Path, plots: bool) -> None:
-    """``simulate.json`` and, unless ``plots`` is off, the PNG plots, under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "simulate.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    console.print(f"wrote {path}")
-    if plots:
-        for png in comparison.plot(out):
-            console.print(f"wrote {png}")
-
-
 def simulate_command(
     trace: Annotated[
         str | None,
@@ -391,4 +379,4 @@ def simulate_command(
     report["setup"] = _setup_record(
         work, plan, chosen, runs, estimates=estimates, load=load, split=split, seed=seed
     )
-    _write_outputs(comparison, report, out, plots)
+    write_comparison(comparison, report, out, "simulate.json", plots)
