@@ -651,7 +651,7 @@ class Simulator:
                 cap.cpu[i] = at[1][i] - c_
                 cap.mem[i] = at[2][i] - mm
                 cap.block_shares(i)
-                caps_out[g] = (b.when, counted(cap, g, b.when, j))
+                caps_out[g] = (b.when, counted(cap, g, b.when, gpus[j]))
                 return b.when
             # a gang in group b.group: its nodes' free resources right after the bound's release;
             # another group cannot hold j there (it would have given an earlier bound)
@@ -710,7 +710,7 @@ class Simulator:
                 cap.cpu[i] = cpus[i] - c_part
                 cap.mem[i] = mems[i] - m_part
                 cap.block_shares(i)
-            caps_out[g] = (b.when, counted(cap, g, b.when, j))
+            caps_out[g] = (b.when, counted(cap, g, b.when, gpus[j]))
             return b.when
 
         def reserve(j: int, now: float, caps_out: dict[int, tuple[float, Caps]]) -> float:
@@ -901,24 +901,20 @@ class Simulator:
                 cap.cpu[i] = free_c[i] - plan.cpu[k]
                 cap.mem[i] = free_m[i] - plan.mem[k]
                 cap.block_shares(i)
-            cap.count = count_extra(plan.group, when, plan) if count_mode else None
-            caps_out[plan.group] = (when, cap)
+            caps_out[plan.group] = (when, counted(cap, plan.group, when, count_demand(plan)))
             return when
 
-        def count_extra(g: int, when: float, plan: Alloc) -> int:
-            """Textbook EASY's extra GPUs of a reservation in group g at ``when``: free now, plus
-            what running jobs with estimated ends up to ``when`` release, minus the plan."""
-            free = st.groups[g].free_whole
-            for e, r in run_by_group.get(g, ()):
-                if e > when:
-                    break
-                free += count_demand(allocs[r])
-            return free - count_demand(plan)
-
-        def counted(cap: Caps, g: int, when: float, j: int) -> Caps:
-            """``cap`` with its count set in count mode (``count_extra`` of job j's whole GPUs)."""
+        def counted(cap: Caps, g: int, when: float, need: int) -> Caps:
+            """``cap`` with, in count mode, textbook EASY's extra GPUs of a reservation in group g
+            at ``when`` for a job taking ``need`` GPUs: free now, plus what running jobs with
+            estimated ends up to ``when`` release, minus ``need``."""
             if count_mode:
-                cap.count = count_extra(g, when, Alloc(g, [], [gpus[j]], [], []))
+                free = st.groups[g].free_whole
+                for e, r in run_by_group.get(g, ()):
+                    if e > when:
+                        break
+                    free += count_demand(allocs[r])
+                cap.count = free - need
             return cap
 
         def place_under(j: int, gset: tuple[int, ...], caps: dict[int, Caps] | None) -> Alloc | None:
