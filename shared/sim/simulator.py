@@ -94,14 +94,14 @@ class _Bound:
 
     ``when`` is exact unless CPUs or memory bind at ``point`` (the release after which the job
     fits GPU-wise); it never exceeds the exact time. ``group`` is the group of a gang fit (-1
-    for a single-node fit, then ``node_pick`` holds the node and its free resources there).
+    for a single-node fit, then ``node_pick`` holds the release, the group and the node).
     """
 
     job: int
     when: float
     point: tuple[float, int]
     group: int
-    node_pick: tuple[tuple[float, int], int, int, tuple[int, int, int]] | None
+    node_pick: tuple[tuple[float, int], int, int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,7 +500,7 @@ class Simulator:
 
         def first_node_fit(
             node_groups: list[int], need: int, c_: int, mm: int
-        ) -> tuple[tuple[float, int], int, int, tuple[int, int, int]] | None:
+        ) -> tuple[tuple[float, int], int, int] | None:
             """The first release (in estimated-end order) after which a node of these groups holds
             the request, and the node the placer would pick then: with nothing fitting before, only
             the released job's nodes can newly fit, and among them best-fit takes the fullest
@@ -517,8 +517,8 @@ class Simulator:
                         picks.append((f[1], i, g, f[2], f[3]))
             if first is None:
                 return None
-            w_at, i, g, c_at, m_at = min(picks) if placer.best else min(picks, key=lambda p: p[1])
-            return first, g, i, (w_at, c_at, m_at)
+            _, i, g, _, _ = min(picks) if placer.best else min(picks, key=lambda p: p[1])
+            return first, g, i
 
         def gang_point(g: int, need: int, stop: tuple[float, int]) -> tuple[float, int] | None:
             """The first release in group g, before ``stop``, after which the free-GPU histogram
@@ -643,7 +643,7 @@ class Simulator:
             if b.when == INF:
                 return INF
             if b.node_pick is not None:
-                _, g, i, _ = b.node_pick
+                _, g, i = b.node_pick
                 at = at_time(g, b.when)
                 (i,) = pinned(g, [i], ([need], [c_], [mm]), at, started)
                 cap = Caps.unlimited(st.groups[g].n)
