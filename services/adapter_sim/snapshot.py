@@ -1,11 +1,15 @@
 """The simulator's live state -> a ``QueueSnapshot``, as a cluster adapter would report it.
 
 Why a class with caches: a pending job's description (submit time, request, estimate, user) never
-changes while it waits, and a running job's (nodes, start, estimated end) never changes while it
-runs, so each is validated once, when first needed, and reused in every later snapshot. Only the
-node states are rebuilt each cycle. Building every pending job up front also means a job that
-cannot be described on the bus (an id with whitespace, say) stops the run before it starts, with
-the job named, instead of in the middle of it.
+changes while it waits, and a running job's (nodes, allocation, start, estimated end) never changes
+while it runs, so each is validated once, when first needed, and reused in every later snapshot.
+Only the node states are rebuilt each cycle. Building every pending job up front also means a job
+that cannot be described on the bus (an id with whitespace, say) stops the run before it starts,
+with the job named, instead of in the middle of it.
+
+A running job carries its exact allocation (schema version 6: whole GPUs, CPUs and memory per node,
+which physical GPUs, a fractional job's GPU), so that the placer can rebuild the simulator's cluster
+state from a snapshot instead of guessing it from the free resources.
 
 Node names are ``<group name>-<index>`` in the cluster spec's order (``v100m32-0``,
 ``v100m32-1``, ...), the names the placer answers with.
@@ -42,7 +46,7 @@ class SnapshotBuilder:
 
     ``max_pending`` caps the pending jobs of a snapshot: the oldest ``max_pending`` queued jobs (by
     arrival), which is what a Slurm adapter sees first in ``squeue``. Jobs beyond the cap are not
-    ranked by the pipeline; ``RemotePolicy`` runs them after the ranked ones, in base-policy order.
+    seen by the placer: they wait until they are among the oldest ``max_pending``.
     """
 
     def __init__(
@@ -101,17 +105,28 @@ class SnapshotBuilder:
         return out
 
     def started(self, j: int, alloc: Alloc, now: float) -> None:
-        """Record job ``j``'s nodes and estimated end (called once, when it starts)."""
+        """Record job ``j``'s nodes, exact allocation and estimated end (called once, when it starts).
+
+        The allocation is ``alloc``'s: whole GPUs, milli-CPUs and MiB per node, the physical GPUs
+        as a bitmask per node (0 where the group does not track GPUs: not known) and, for a
+        fractional job, the GPU holding its share (its ``whole`` entries are 0).
+        """
         names = self.names[alloc.group]
         jobs = self.workload.jobs
         gpus = int(jobs.gpus[j])
+        milli = int(jobs.gpu_milli[j]) if gpus else WHOLE
         self._running[j] = RunningJob(
             job_id=self.job_ids[j],
             nodes=tuple(names[i] for i in alloc.nodes),
             gpus=gpus,
-            gpu_milli=int(jobs.gpu_milli[j]) if gpus else WHOLE,
+            gpu_milli=milli,
             start_s=now,
             est_end_s=now + float(self.est[j]),
+            node_gpus=tuple(int(w) for w in alloc.whole),
+            node_cpus_milli=tuple(int(c) for c in alloc.cpu),
+            node_mem_mib=tuple(int(m) for m in alloc.mem),
+            node_gpu_mask=alloc.gpu_masks(),
+            share_gpu=int(alloc.frac_gpu) if milli < WHOLE else -1,
         )
 
     def ended(self, j: int) -> None:

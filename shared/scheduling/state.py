@@ -45,6 +45,14 @@ class Alloc:
     def busy_milli(self) -> int:
         return sum(self.whole) * WHOLE_GPU_MILLI + (self.milli if self.frac_gpu >= 0 else 0)
 
+    def gpu_masks(self) -> tuple[int, ...]:
+        """Per node, the bitmask of the physical GPUs its whole GPUs use (bit k = GPU k); 0 on
+        every node when the group does not track GPUs (``gpu_ids`` is None: not known). How the
+        messages carry ``gpu_ids`` (``node_gpu_mask``, schema version 6)."""
+        if self.gpu_ids is None:
+            return (0,) * len(self.nodes)
+        return tuple(sum(1 << int(g) for g in ids) for ids in self.gpu_ids)
+
 
 def top_from_hist(hist: list[int], m: int) -> int:
     """Free whole GPUs on the ``m`` fullest-free nodes, given ``hist[k]`` = nodes with k GPUs free."""

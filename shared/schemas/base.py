@@ -25,8 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: pending jobs, running jobs and nodes (and of a matrix's jobs) packed (``shared.schemas.numbers``)
 #: and its columns of repeated names (groups, node states, users, partitions, QoS, GPU types)
 #: dictionary-coded (``shared.schemas.coded``); the JSON arrays of version 4 are still read.
-SCHEMA_VERSION = 5
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5})
+#: Version 6 adds optional columns to a snapshot's running jobs: each job's exact allocation per node
+#: (``RunningJobs.node_gpus``, ``node_cpus_milli``, ``node_mem_mib``, ``node_gpu_mask``, flat like
+#: ``node_index``) and a fractional job's GPU (``share_gpu``), so that the placer can rebuild the
+#: cluster's state exactly; they are empty when not given, as in every version-5 message, which is
+#: read as before. A version-5 reader refuses the new fields (strict models), hence the new number.
+SCHEMA_VERSION = 6
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5, 6})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

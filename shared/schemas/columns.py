@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
@@ -179,30 +179,64 @@ class FlatNodeColumns(Columns[R]):
     """Columns whose rows each hold a list of node names (a row's ``nodes``), sent as one flat
     ``nodes`` column plus a per-row ``node_count`` (in ``COLUMNS``; ``nodes`` is not).
 
-    Subclasses declare both fields (with their own bounds) and call ``_check_flat`` in their
-    validator; row ``i``'s names are ``nodes[offsets()[i]:offsets()[i + 1]]``.
+    Other row fields with one entry per node of the row (``FLAT_COLUMNS``, after ``nodes``: a
+    running job's GPUs, CPUs and memory on each of its nodes) are sent flat the same way, aligned
+    with ``nodes``: entry ``k`` of each belongs to the ``k``-th flat node. A column named in
+    ``OPTIONAL_COLUMNS`` (flat or per row) may be empty: not given, for every row, whose rows then
+    hold the field's default; when given it is complete (one entry per flat node, or per row).
+
+    Subclasses declare the fields (with their own bounds) and call ``_check_flat`` in their
+    validator; row ``i``'s entries are ``nodes[offsets()[i]:offsets()[i + 1]]`` (the same slice of
+    every flat column).
     """
 
     if TYPE_CHECKING:  # declared by the subclasses, with their own bounds
         node_count: tuple[int, ...]
         nodes: tuple[str, ...]
 
+    #: the row fields with one entry per node of the row, sent flat; ``nodes`` first
+    FLAT_COLUMNS: ClassVar[tuple[str, ...]] = ("nodes",)
+    #: columns (of ``COLUMNS`` or ``FLAT_COLUMNS``) that may be empty: not given for any row
+    OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset()
+
     _offsets: list[int] | None = PrivateAttr(default=None)
+
+    def given(self, column: str) -> bool:
+        """Whether ``column`` holds entries (an optional column may be empty: not given)."""
+        return len(getattr(self, column)) > 0
 
     @classmethod
     def _flat_columns(cls, rows: tuple[Any, ...]) -> dict[str, Any]:
-        """The columns of ``rows`` (row objects with a ``nodes`` tuple), ``nodes`` flattened."""
+        """The columns of ``rows`` (row objects with a ``nodes`` tuple), the ``FLAT_COLUMNS``
+        flattened. An optional flat column is given by every row or by none (ValueError naming the
+        first row that breaks it)."""
         cols: dict[str, Any] = {
             c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
         }
         cols["node_count"] = tuple(len(r.nodes) for r in rows)
-        cols["nodes"] = tuple(n for r in rows for n in r.nodes)
+        for c in cls.FLAT_COLUMNS:
+            per_row = [getattr(r, c) for r in rows]
+            if c in cls.OPTIONAL_COLUMNS and any(per_row) and not all(per_row):
+                i = next(i for i, v in enumerate(per_row) if not v)
+                j = next(i for i, v in enumerate(per_row) if v)
+                raise ValueError(
+                    f"{cls.OWNER} {_row_name(rows[i], i)} does not give {c} while "
+                    f"{_row_name(rows[j], j)} does: a column is given for every row or for none"
+                )
+            cols[c] = tuple(chain.from_iterable(per_row))
         return cols
 
     @classmethod
     def of(cls: type[F], rows: Iterable[Any]) -> F:
         """Columns from rows (already validated row objects)."""
         return cls(**cls._flat_columns(tuple(rows)))
+
+    def _lengths(self) -> int:
+        """The common length of the per-row columns (an optional one only when given)."""
+        optional = self.OPTIONAL_COLUMNS
+        return same_lengths(
+            self.OWNER, {c: getattr(self, c) for c in self.COLUMNS if c not in optional or self.given(c)}
+        )
 
     def _check_flat(self) -> None:
         check_flat(self.OWNER, "nodes", "node_count", len(self.nodes), self.node_count)
@@ -220,12 +254,26 @@ class FlatNodeColumns(Columns[R]):
 
     def _row_fields(self, i: int) -> dict[str, Any]:
         o = self.offsets()
-        fields = {c: getattr(self, c)[i] for c in self.COLUMNS if c != "node_count"}
-        fields["nodes"] = self.nodes[o[i] : o[i + 1]]
+        optional = self.OPTIONAL_COLUMNS
+        fields = {
+            c: getattr(self, c)[i]
+            for c in self.COLUMNS
+            if c != "node_count" and (c not in optional or self.given(c))
+        }
+        start, end = o[i], o[i + 1]
+        for c in self.FLAT_COLUMNS:
+            if c not in optional or self.given(c):
+                fields[c] = tuple(getattr(self, c)[start:end])
         return fields
 
     def take(self: F, index: Sequence[int]) -> F:
-        """The rows at ``index`` (in that order), as columns."""
+        """The rows at ``index`` (in that order), as columns (every given column kept)."""
         if is_identity(index, len(self)):
             return self  # frozen: sharing is safe
         return type(self).of(self[i] for i in index)
+
+
+def _row_name(row: Any, i: int) -> str:
+    """How an error names row ``i``: by its job id when it has one."""
+    job_id = getattr(row, "job_id", None)
+    return f"job {job_id!r} (entry {i})" if job_id is not None else f"row {i}"

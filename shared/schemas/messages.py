@@ -38,7 +38,21 @@ from shared.schemas.base import (
 from shared.schemas.columns import FlatNodeColumns, require_unique
 from shared.schemas.limits import check_count, limits_of
 from shared.schemas.packed import FloatTable, empty_table
-from shared.schemas.snapshot import HARD_MAX_ITEMS, PendingJobs, QueueSnapshot
+from shared.schemas.snapshot import (
+    ALLOCATION,
+    ALLOCATION_EXTRAS,
+    HARD_MAX_ITEMS,
+    GpuMask,
+    GpuMaskColumn,
+    NodeAmount,
+    NodeAmountColumn,
+    NodeGpus,
+    NodeGpusColumn,
+    PendingJobs,
+    QueueSnapshot,
+    ShareGpu,
+    ShareGpuColumn,
+)
 
 MAX_FEATURES = 64
 VersionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -188,6 +202,19 @@ class JobPlacement(Strict):
         description="EASY reservation: the estimated time this job (which cannot start now) can start; "
         "lower-ranked jobs that would delay it were not started",
     )
+    node_gpus: tuple[NodeGpus, ...] = Field(
+        default=(), max_length=4096, description="whole GPUs on each of nodes (schema version 6)"
+    )
+    node_cpus_milli: tuple[NodeAmount, ...] = Field(
+        default=(), max_length=4096, description="milli-cores on each of nodes (schema version 6)"
+    )
+    node_mem_mib: tuple[NodeAmount, ...] = Field(
+        default=(), max_length=4096, description="MiB on each of nodes (schema version 6)"
+    )
+    node_gpu_mask: tuple[GpuMask, ...] = Field(
+        default=(), max_length=4096, description="per node, the physical GPUs (bit k = GPU k; 0 = any)"
+    )
+    share_gpu: ShareGpu = Field(default=-1, description="a share's physical GPU on its node; -1 = any")
 
 
 class Placements(FlatNodeColumns[JobPlacement]):
@@ -200,7 +227,17 @@ class Placements(FlatNodeColumns[JobPlacement]):
     """
 
     ROW: ClassVar[type[BaseModel]] = JobPlacement
-    COLUMNS: ClassVar[tuple[str, ...]] = ("job_id", "rank", "priority", "node_count", "mode", "reserved_s")
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "job_id",
+        "rank",
+        "priority",
+        "node_count",
+        "mode",
+        "reserved_s",
+        "share_gpu",
+    )
+    FLAT_COLUMNS: ClassVar[tuple[str, ...]] = ("nodes", *ALLOCATION, "node_gpu_mask")
+    OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset({*ALLOCATION, *ALLOCATION_EXTRAS})
     OWNER: ClassVar[str] = "placements"
 
     job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -227,6 +264,26 @@ class Placements(FlatNodeColumns[JobPlacement]):
         description="EASY reservation: the estimated time the job (which cannot start now) can start; "
         "lower-ranked jobs that would delay it were not started",
     )
+    node_gpus: NodeGpusColumn = Field(
+        default=(),
+        description="whole GPUs each placed job takes on each of its nodes, flat like nodes; empty = "
+        "not given (schema version 6: the placer's exact allocation, which a cluster that starts jobs "
+        "where it is told, like the simulated one, applies as it is)",
+    )
+    node_cpus_milli: NodeAmountColumn = Field(
+        default=(), description="milli-cores per node, flat like nodes; empty = not given"
+    )
+    node_mem_mib: NodeAmountColumn = Field(
+        default=(), description="MiB per node, flat like nodes; empty = not given"
+    )
+    node_gpu_mask: GpuMaskColumn = Field(
+        default=(),
+        description="per node, flat like nodes, the physical GPUs of its whole GPUs (bit k = GPU k; 0 = "
+        "any free ones); empty = not given",
+    )
+    share_gpu: ShareGpuColumn = Field(
+        default=(), description="per job, a share's physical GPU (-1 = any, and for every other job)"
+    )
     feature_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
     features: FloatTable = Field(
         default_factory=empty_table,
@@ -243,6 +300,22 @@ class Placements(FlatNodeColumns[JobPlacement]):
         cols["feature_columns"] = names
         cols["features"] = tuple(tuple(r.features[c] for c in names) for r in rows) if names else ()
         return cls(**cols)
+
+    @classmethod
+    def _flat_columns(cls, rows: tuple[Any, ...]) -> dict[str, Any]:
+        """The columns of ``rows``; the allocation columns only when a placed row gives them (a
+        waiting job's empty tuples and -1 are its defaults, not values given)."""
+        placed = [r for r in rows if r.nodes]
+        cols: dict[str, Any] = {
+            c: tuple(getattr(r, c) for r in rows) for c in cls.COLUMNS if c != "node_count"
+        }
+        cols["node_count"] = tuple(len(r.nodes) for r in rows)
+        for c in cls.FLAT_COLUMNS:
+            given = c == "nodes" or (placed and all(getattr(r, c) for r in placed))
+            cols[c] = tuple(v for r in rows for v in getattr(r, c)) if given else ()
+        if not cols["node_gpus"]:
+            cols["share_gpu"] = ()
+        return cols
 
     @model_validator(mode="after")
     def _rows_agree(self) -> Placements:

@@ -7,7 +7,10 @@ cost about 20 ms (schema version 1); columns for running jobs and nodes (version
 of which the 1,024 pending-job objects took 2.7 ms and the running jobs' per-job node lists most of
 the rest. Version 3 sends the pending jobs as columns too, and the running jobs' node names as one
 flat column with a per-job count; version 4 sends those nodes as positions in the snapshot's node
-table (``RunningJobs.node_index``: 24 instead of 166 kB on openb). ``PendingJob``, ``RunningJob``
+table (``RunningJobs.node_index``: 24 instead of 166 kB on openb). Version 6 may also carry each
+running job's exact allocation (``RunningJobs.node_gpus`` and the other per-node columns, see
+``RunningJob``), so that a placer can rebuild the cluster's state as the simulator holds it.
+``PendingJob``, ``RunningJob``
 and ``NodeState`` stay as the row types: ``PendingJobs.of(rows)`` (and the others' ``of``) builds
 the columns from rows, and iterating the columns yields rows again.
 
@@ -23,15 +26,17 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import gt
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from shared.schemas.base import JOB_ID_MAX_LENGTH, FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
 from shared.schemas.coded import Coded
 from shared.schemas.columns import Columns, FlatNodeColumns, check_flat, check_job_ids, pick, require_unique
 from shared.schemas.limits import check_count, limits_of
-from shared.schemas.numbers import Packed, max_of
+from shared.schemas.numbers import Packed, column_array, max_of
 
 WHOLE = 1000
 #: hard caps that hold whatever the configured limits say (they bound the JSON Schema too)
@@ -54,6 +59,28 @@ GpuCountColumn = Annotated[tuple[GpuCount, ...], _MAX, PACKED]
 GpuMilliColumn = Annotated[tuple[GpuMilli, ...], _MAX, PACKED]
 MaybeGivenColumn = Annotated[tuple[MaybeGiven, ...], _MAX, PACKED]
 NonNegIntColumn = Annotated[tuple[NonNegInt, ...], _MAX, PACKED]
+#: a running job's exact allocation (schema version 6, ``RunningJob``): whole GPUs on one node (a
+#: node has at most 64 GPUs), milli-cores and MiB on one node, the bitmask of the physical GPUs the
+#: whole GPUs are (bit k = GPU k; 0 = not known) and the GPU holding a fractional job's share (-1 =
+#: not known, or not a fractional job). Their bounds (``ALLOCATION_BOUNDS``) are checked by the
+#: validators of ``RunningJob`` and ``RunningJobs``, which name the job at fault (a flat column's
+#: entry is a node of some job); the JSON Schema states them.
+MAX_NODE_GPUS = 64
+ALLOCATION_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "node_gpus": (0, MAX_NODE_GPUS),
+    "node_cpus_milli": (0, None),
+    "node_mem_mib": (0, None),
+    "node_gpu_mask": (0, 2**MAX_NODE_GPUS - 1),
+    "share_gpu": (-1, MAX_NODE_GPUS - 1),
+}
+NodeGpus = Annotated[int, Field(json_schema_extra={"minimum": 0, "maximum": MAX_NODE_GPUS})]
+NodeAmount = Annotated[int, Field(json_schema_extra={"minimum": 0})]
+GpuMask = Annotated[int, Field(json_schema_extra={"minimum": 0, "maximum": 2**MAX_NODE_GPUS - 1})]
+ShareGpu = Annotated[int, Field(json_schema_extra={"minimum": -1, "maximum": MAX_NODE_GPUS - 1})]
+NodeGpusColumn = Annotated[tuple[NodeGpus, ...], _MAX, PACKED]
+NodeAmountColumn = Annotated[tuple[NodeAmount, ...], _MAX, PACKED]
+GpuMaskColumn = Annotated[tuple[GpuMask, ...], _MAX, PACKED]
+ShareGpuColumn = Annotated[tuple[ShareGpu, ...], _MAX, PACKED]
 #: columns of names that repeat (groups, users, partitions, QoS), dictionary-coded on the wire
 #: (schema version 5, ``shared.schemas.coded``)
 NameColumn = Annotated[tuple[Name, ...], _MAX, Coded()]
@@ -87,8 +114,22 @@ class PendingJob(Strict):
         return self
 
 
+#: the per-node allocation of a running job, given all three or none (schema version 6)
+ALLOCATION = ("node_gpus", "node_cpus_milli", "node_mem_mib")
+#: per-node columns of a running job that may be given only with ``ALLOCATION``
+ALLOCATION_EXTRAS = ("node_gpu_mask", "share_gpu")
+
+
 class RunningJob(Strict):
-    """A running job (one row of ``RunningJobs``): the nodes it holds and when it should end."""
+    """A running job (one row of ``RunningJobs``): the nodes it holds and when it should end.
+
+    Optionally (schema version 6) its exact allocation, one entry per node of ``nodes``:
+    ``node_gpus`` (whole GPUs; 0 on every node for a fractional job, whose share is its one GPU of
+    ``gpu_milli``), ``node_cpus_milli`` and ``node_mem_mib``, given all three or none (empty = not
+    given); with them ``node_gpu_mask`` (which physical GPUs those whole GPUs are: bit ``k`` = GPU
+    ``k``, popcount = ``node_gpus``; an entry 0 = not known; empty = not given) and ``share_gpu``
+    (a fractional job's GPU on its first node; -1 = not known, and always for other jobs).
+    """
 
     job_id: JobId
     nodes: tuple[Name, ...] = Field(min_length=1, max_length=4096, description="node names it runs on")
@@ -96,11 +137,107 @@ class RunningJob(Strict):
     gpu_milli: int = Field(default=WHOLE, ge=1, le=WHOLE)
     start_s: FiniteFloat
     est_end_s: FiniteFloat = Field(description="start + time limit (estimated end)")
+    node_gpus: tuple[NodeGpus, ...] = Field(
+        default=(),
+        max_length=4096,
+        description="whole GPUs held on each of nodes (0s for a fractional job); empty = not given",
+    )
+    node_cpus_milli: tuple[NodeAmount, ...] = Field(
+        default=(), max_length=4096, description="milli-cores held on each of nodes; empty = not given"
+    )
+    node_mem_mib: tuple[NodeAmount, ...] = Field(
+        default=(), max_length=4096, description="MiB held on each of nodes; empty = not given"
+    )
+    node_gpu_mask: tuple[GpuMask, ...] = Field(
+        default=(),
+        max_length=4096,
+        description="per node, the physical GPUs its whole GPUs are (bit k = GPU k; 0 = not known); "
+        "empty = not given",
+    )
+    share_gpu: ShareGpu = Field(
+        default=-1,
+        description="a fractional job's GPU (physical index) on its first node; -1 = not known or "
+        "not a fractional job",
+    )
 
     @model_validator(mode="after")
     def _share(self) -> RunningJob:
         _fractional_only_single(self.gpus, self.gpu_milli)
+        _check_row_allocation(self)
         return self
+
+
+def _check_row_allocation(job: RunningJob) -> None:
+    """``job``'s allocation (if given) fits its nodes and GPUs; ValueError naming the job and field."""
+    where = f"running job {job.job_id!r}"
+    if not _within(job.share_gpu, *ALLOCATION_BOUNDS["share_gpu"]):
+        raise ValueError(f"{where}: share_gpu is {job.share_gpu}, expected {_bounds_words('share_gpu')}")
+    given = [f for f in ALLOCATION if getattr(job, f)]
+    if not given:
+        if job.node_gpu_mask:
+            raise ValueError(f"{where}: node_gpu_mask is given without {', '.join(ALLOCATION)}")
+        if job.share_gpu != -1:
+            raise ValueError(f"{where}: share_gpu {job.share_gpu} is given without {', '.join(ALLOCATION)}")
+        return
+    if len(given) < len(ALLOCATION):
+        missing = [f for f in ALLOCATION if f not in given]
+        raise ValueError(
+            f"{where}: {', '.join(missing)} not given with {', '.join(given)} "
+            f"({', '.join(ALLOCATION)} are given together)"
+        )
+    n = len(job.nodes)
+    for f in (*ALLOCATION, "node_gpu_mask"):
+        values = getattr(job, f)
+        if values and len(values) != n:
+            raise ValueError(f"{where}: {f} has {len(values)} entries, expected {n} (one per node)")
+        k = _first_outside(values, *ALLOCATION_BOUNDS[f])
+        if k is not None:
+            raise ValueError(f"{where}: {f} entry {k} is {values[k]}, expected {_bounds_words(f)}")
+    problem = _allocation_problem(job.gpus, job.gpu_milli, job.node_gpus, job.node_gpu_mask, job.share_gpu)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
+
+
+def _within(value: int, lo: int, hi: int | None) -> bool:
+    return lo <= value and (hi is None or value <= hi)
+
+
+def _bounds_words(field: str) -> str:
+    lo, hi = ALLOCATION_BOUNDS[field]
+    return f"at least {lo}" if hi is None else f"{lo} to {hi}"
+
+
+def _first_outside(values: Sequence[int], lo: int, hi: int | None) -> int | None:
+    """The first entry of ``values`` outside ``[lo, hi]`` (``hi`` None: no upper bound), or None;
+    one vectorized pass over a packed column's array."""
+    array = getattr(values, "array", None)
+    if isinstance(array, np.ndarray):
+        bad = array < lo
+        if hi is not None and hi < np.iinfo(array.dtype).max:
+            bad |= array > hi
+        return int(np.argmax(bad)) if bad.any() else None
+    return next((k for k, v in enumerate(values) if not _within(v, lo, hi)), None)
+
+
+def _allocation_problem(
+    gpus: int, gpu_milli: int, node_gpus: Sequence[int], mask: Sequence[int], share_gpu: int
+) -> str | None:
+    """What is wrong with one job's per-node GPUs (``mask`` empty: not given), or None."""
+    if gpu_milli < WHOLE:
+        if any(node_gpus):
+            return f"node_gpus {tuple(node_gpus)} must be all 0 for a fractional job (gpu_milli {gpu_milli})"
+    else:
+        if sum(node_gpus) != gpus:
+            return f"node_gpus {tuple(node_gpus)} sum to {sum(node_gpus)}, expected gpus {gpus}"
+        if share_gpu != -1:
+            return f"share_gpu {share_gpu} must be -1 for a job of whole GPUs (gpu_milli {gpu_milli})"
+    for k, (m, g) in enumerate(zip(mask, node_gpus, strict=True)):
+        if m and m.bit_count() != g:
+            return (
+                f"node_gpu_mask entry {k} ({m:#x}) names {m.bit_count()} GPUs, expected node_gpus "
+                f"{g} (or 0: not known)"
+            )
+    return None
 
 
 class NodeState(Strict):
@@ -208,12 +345,26 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
     ``nodes``, are read too); a ``QueueSnapshot`` fills both forms when it is validated
     (``resolved``), so Python code reads names (``nodes``, ``node_lists()``) or indices alike.
     Columns built from rows (``RunningJobs.of(rows)``, names only) get their indices when the
-    snapshot holding them is built. Every column must be given (all empty: no running job).
-    Iterating yields ``RunningJob`` rows (with names).
+    snapshot holding them is built. Every column must be given (all empty: no running job), except
+    the allocation's (schema version 6): ``node_gpus``, ``node_cpus_milli``, ``node_mem_mib`` and
+    ``node_gpu_mask`` are flat like the nodes (entry ``k`` belongs to the ``k``-th flat node) and
+    ``share_gpu`` has one entry per job; each is empty (not given, for every job) or complete, the
+    first three are given together or not at all, and the last two only with them
+    (``allocations_given``). Iterating yields ``RunningJob`` rows (with names).
     """
 
     ROW: ClassVar[type[BaseModel]] = RunningJob
-    COLUMNS: ClassVar[tuple[str, ...]] = ("job_id", "node_count", "gpus", "gpu_milli", "start_s", "est_end_s")
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "job_id",
+        "node_count",
+        "gpus",
+        "gpu_milli",
+        "start_s",
+        "est_end_s",
+        "share_gpu",
+    )
+    FLAT_COLUMNS: ClassVar[tuple[str, ...]] = ("nodes", *ALLOCATION, "node_gpu_mask")
+    OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset({*ALLOCATION, *ALLOCATION_EXTRAS})
     OWNER: ClassVar[str] = "running"
 
     job_id: tuple[ColumnJobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -236,6 +387,32 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
     gpu_milli: GpuMilliColumn = Field(default=())
     start_s: FloatColumn = Field(default=())
     est_end_s: FloatColumn = Field(default=(), description="start + time limit (estimated end)")
+    node_gpus: NodeGpusColumn = Field(
+        default=(),
+        description="whole GPUs each job holds on each of its nodes, flat like node_index (0s for a "
+        "fractional job); empty = not given (schema version 6)",
+    )
+    node_cpus_milli: NodeAmountColumn = Field(
+        default=(),
+        description="milli-cores each job holds on each of its nodes, flat like node_index; empty = "
+        "not given (schema version 6)",
+    )
+    node_mem_mib: NodeAmountColumn = Field(
+        default=(),
+        description="MiB each job holds on each of its nodes, flat like node_index; empty = not given "
+        "(schema version 6)",
+    )
+    node_gpu_mask: GpuMaskColumn = Field(
+        default=(),
+        description="per node of each job, flat like node_index, the physical GPUs its whole GPUs "
+        "are (bit k = GPU k, popcount = node_gpus; 0 = not known); empty = not given (schema "
+        "version 6)",
+    )
+    share_gpu: ShareGpuColumn = Field(
+        default=(),
+        description="per job, a fractional job's GPU (physical index) on its first node (-1 = not "
+        "known, and for every other job); empty = not given (schema version 6)",
+    )
 
     @model_validator(mode="after")
     def _rows_agree(self) -> RunningJobs:
@@ -246,21 +423,126 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
         if self.nodes:
             self._check_flat()
         _check_shares("running", self.job_id, self.gpus, self.gpu_milli)
+        self._check_allocations()
         return self
+
+    @classmethod
+    def _flat_columns(cls, rows: tuple[Any, ...]) -> dict[str, Any]:
+        """The columns of ``rows``; ``share_gpu`` only with the allocation (a row's -1 without it is
+        its default, not a value given)."""
+        cols = super()._flat_columns(rows)
+        if not cols["node_gpus"]:
+            cols["share_gpu"] = ()
+        return cols
+
+    def allocations_given(self) -> bool:
+        """True when the per-node allocation columns (``node_gpus``, ``node_cpus_milli``,
+        ``node_mem_mib``) are given; False when they are not (and with no running job at all)."""
+        return self.given("node_gpus")
+
+    def share_gpus(self) -> tuple[int, ...]:
+        """``share_gpu``, or -1 (not known) for every job when it is not given."""
+        return self.share_gpu if self.given("share_gpu") else (-1,) * len(self)
+
+    def _check_allocations(self) -> None:
+        """The allocation columns are given together, complete, and fit each job's GPUs; ValueError
+        naming the job and the field at fault. Checked in a few vectorized passes (a snapshot may
+        hold thousands of running jobs), a row at a time only to word the error."""
+        if self.given("share_gpu"):
+            i = _first_outside(self.share_gpu, *ALLOCATION_BOUNDS["share_gpu"])
+            if i is not None:
+                raise ValueError(
+                    f"running job {self.job_id[i]!r} (entry {i}): share_gpu is {self.share_gpu[i]}, "
+                    f"expected {_bounds_words('share_gpu')}"
+                )
+        given = [c for c in ALLOCATION if self.given(c)]
+        if not given:
+            for c in ALLOCATION_EXTRAS:
+                if self.given(c):
+                    raise ValueError(f"running.{c} is given without running.{', running.'.join(ALLOCATION)}")
+            return
+        if len(given) < len(ALLOCATION):
+            missing = [c for c in ALLOCATION if c not in given]
+            raise ValueError(
+                f"running.{', running.'.join(missing)} not given with running.{', running.'.join(given)} "
+                f"({', '.join(ALLOCATION)} are given together)"
+            )
+        counts = column_array(self.node_count, np.int64)
+        total = int(counts.sum())
+        for c in (*ALLOCATION, "node_gpu_mask"):
+            values = getattr(self, c)
+            if not values:
+                continue
+            if len(values) != total:
+                self._flat_length_error(c, len(values), total)
+            k = _first_outside(values, *ALLOCATION_BOUNDS[c])
+            if k is not None:
+                offsets = self.offsets()
+                i = bisect_right(offsets, k) - 1
+                raise ValueError(
+                    f"running job {self.job_id[i]!r} (entry {i}): {c} entry {k - offsets[i]} is "
+                    f"{values[k]}, expected {_bounds_words(c)}"
+                )
+        # per job: its nodes' entries summed (taken as they are when every job runs on one node, as
+        # the pods of a Kubernetes cluster do)
+        pods = total == len(counts)
+        starts = None if pods else np.cumsum(counts) - counts
+        node_gpus = column_array(self.node_gpus, np.int64)
+        whole = column_array(self.gpu_milli, np.int64) == WHOLE
+        expected = np.where(whole, column_array(self.gpus, np.int64), 0)
+        bad = (node_gpus if starts is None else np.add.reduceat(node_gpus, starts)) != expected
+        if self.given("share_gpu"):
+            bad |= whole & (column_array(self.share_gpu, np.int64) != -1)
+        if self.given("node_gpu_mask"):
+            masks = _masks(self.node_gpu_mask)
+            wrong = (masks != 0) & (_popcount(masks) != node_gpus)
+            bad |= wrong if starts is None else np.logical_or.reduceat(wrong, starts)
+        if bad.any():
+            i = int(np.argmax(bad))
+            offsets = self.offsets()
+            start, end = offsets[i], offsets[i + 1]
+            mask = self.node_gpu_mask[start:end] if self.given("node_gpu_mask") else ()
+            problem = _allocation_problem(
+                self.gpus[i], self.gpu_milli[i], self.node_gpus[start:end], mask, self.share_gpus()[i]
+            )
+            raise ValueError(f"running job {self.job_id[i]!r} (entry {i}): {problem}")
+
+    def _flat_length_error(self, column: str, n: int, total: int) -> None:
+        """Raise: flat ``column`` has ``n`` entries where the jobs' nodes add up to ``total``."""
+        offsets = self.offsets()
+        if not self.job_id:
+            where = "there is no running job"
+        elif n < total:  # the first job whose nodes reach past the column's end
+            i = bisect_right(offsets, n) - 1
+            where = f"the entries of job {self.job_id[i]!r} (entry {i}) onward are missing"
+        else:
+            i = len(self.job_id) - 1
+            where = f"{n - total} more than the last job, {self.job_id[i]!r} (entry {i}), needs"
+        raise ValueError(
+            f"running.{column} has {n} entries, expected {total} (one per node of every job, the sum "
+            f"of running.node_count): {where}"
+        )
 
     def __eq__(self, other: object) -> bool:
         """The same jobs on the same nodes: by name when both have them (``node_index`` is then
-        derived from the snapshot's node table), else by index."""
+        derived from the snapshot's node table), else by index; with the same allocations (an
+        unknown ``share_gpu`` equals -1 for every job)."""
         if type(other) is not type(self):
             return NotImplemented
-        if any(getattr(self, c) != getattr(other, c) for c in self.COLUMNS):
+        if any(getattr(self, c) != getattr(other, c) for c in self._compared()):
+            return False
+        if self.share_gpus() != other.share_gpus():
             return False
         if self.nodes and other.nodes:
             return self.nodes == other.nodes
         return self.node_index == other.node_index and self.nodes == other.nodes
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, c) for c in self.COLUMNS))
+        return hash((*(getattr(self, c) for c in self._compared()), self.share_gpus()))
+
+    def _compared(self) -> tuple[str, ...]:
+        """The columns ``__eq__`` compares as they are (not the nodes, not ``share_gpu``)."""
+        return (*(c for c in self.COLUMNS if c != "share_gpu"), *self.FLAT_COLUMNS[1:])
 
     def first_nodes(self) -> tuple[str, ...]:
         """Each job's first node (where its group is read from)."""
@@ -309,6 +591,24 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
                         raise ValueError(msg) from None
             raise
         return self.model_copy(update={"node_index": index})
+
+
+def _masks(values: Sequence[int]) -> npt.NDArray[np.uint64]:
+    """GPU masks as uint64 (a mask with bit 63 set does not fit int64: such a column stays a tuple)."""
+    array = getattr(values, "array", None)
+    if isinstance(array, np.ndarray):
+        return array.astype(np.uint64)
+    return np.array(values, dtype=np.uint64).reshape(len(values))
+
+
+def _popcount(masks: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
+    """The number of bits set in each mask."""
+    count = getattr(np, "bitwise_count", None)  # numpy >= 2
+    if count is not None:
+        return np.asarray(count(masks), dtype=np.int64)
+    bits = np.unpackbits(masks.astype("<u8").view(np.uint8).reshape(len(masks), 8), axis=1)
+    total: npt.NDArray[Any] = bits.sum(axis=1, dtype=np.int64)
+    return total
 
 
 class NodeStates(Columns[NodeState]):

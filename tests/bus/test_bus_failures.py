@@ -114,7 +114,7 @@ def hostile_payloads(cluster: str) -> list[tuple[str, bytes]]:
         elif kind == 1:
             cases.append(variant("gpus: Input should be a valid integer", gpus=str(i)))
         elif kind == 2:
-            cases.append(variant("unsupported schema_version", schema_version=i + 4))
+            cases.append(variant("unsupported schema_version", schema_version=1000 + i))
         elif kind == 3:
             cases.append(variant("job_id: Field required", job_id=...))
         elif kind == 4:
