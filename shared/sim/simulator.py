@@ -77,6 +77,40 @@ if TYPE_CHECKING:
 INF = math.inf
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A cluster that is already running, for ``Simulator.run(resume=...)``.
+
+    ``running``: job index -> (its allocation, its start time, its estimated end, exactly as the
+    cluster reported it); its true end is unknown (it ends in no event of the run).
+    ``blocked``: resources held by nothing a reservation can plan to release (drained or down
+    nodes, use the cluster reports but attributes to no job). The jobs of ``job_range`` must all
+    have arrived by the time of the run's first event, which is when the one cycle runs.
+    """
+
+    running: dict[int, tuple[Alloc, float, float]]
+    blocked: tuple[Alloc, ...] = ()
+
+
+def runtime_estimates(
+    workload: BoundWorkload, config: SimConfig, estimate: FloatArray | None = None
+) -> FloatArray:
+    """The runtime estimates a simulation plans with: actual runtimes under ``oracle_runtimes``,
+    else ``estimate`` or the jobs' own (ValueError counting the jobs without one), at least 0."""
+    jobs = workload.jobs
+    if config.oracle_runtimes:
+        est = jobs.runtime.copy()
+    else:
+        est = jobs.estimate if estimate is None else np.asarray(estimate, dtype=np.float64)
+        if np.isnan(est).any():
+            raise ValueError(
+                f"{int(np.isnan(est).sum())} job(s) have no runtime estimate: apply an estimate model "
+                "(shared.traces.estimates) or set oracle_runtimes=True"
+            )
+    out: FloatArray = np.maximum(est, 0.0)
+    return out
+
+
 class SimulationError(RuntimeError):
     """The simulation cannot go on (for example jobs left that can never start)."""
 
@@ -229,24 +263,17 @@ class Simulator:
         config: SimConfig | None = None,
         placer: Placer | None = None,
         estimate: FloatArray | None = None,
+        batch_placer: CpSatPlacer | None = None,
     ) -> None:
+        """``batch_placer``: the CP-SAT placer to use under ``placement="cp-sat"`` (the placer
+        service's, with its own time limits); by default one built from ``config``, reproducible."""
         self.w = workload
         self.cfg = config or SimConfig()
         if workload.node_slack != self.cfg.node_slack:
             raise ValueError(
                 f"workload was bound with node_slack={workload.node_slack}, config says {self.cfg.node_slack}"
             )
-        jobs = workload.jobs
-        if self.cfg.oracle_runtimes:
-            est = jobs.runtime.copy()
-        else:
-            est = jobs.estimate if estimate is None else np.asarray(estimate, dtype=np.float64)
-            if np.isnan(est).any():
-                raise ValueError(
-                    f"{int(np.isnan(est).sum())} job(s) have no runtime estimate: apply an estimate model "
-                    "(shared.traces.estimates) or set oracle_runtimes=True"
-                )
-        self.est = np.maximum(est, 0.0)
+        self.est = runtime_estimates(workload, self.cfg, estimate)
         self._est_list: list[float] | None = None  # ``est`` as a list, built by the first run
         self.last_core = ""  # the event loop of the last run: "python" or "compiled"
         self.core_reason: str | None = None  # why the last run did not use the compiled core
@@ -259,7 +286,11 @@ class Simulator:
         # pre-checks, reservations, jobs beyond the top K, decisions the caps invalidate) goes to
         # best-fit, which is also its warm start and fallback
         self.batch_placer: CpSatPlacer | None = None
-        if self.cfg.placement == "cp-sat":
+        #: every allocation a resumed run ended with (``run(resume=...)``): job -> allocation
+        self.final_allocs: dict[int, Alloc] = {}
+        if self.cfg.placement == "cp-sat" and batch_placer is not None:
+            self.batch_placer = batch_placer
+        elif self.cfg.placement == "cp-sat":
             from shared.placement import CpSatPlacer, PlacerSettings
 
             self.batch_placer = CpSatPlacer(
@@ -294,14 +325,22 @@ class Simulator:
         job_range: tuple[int, int] | None = None,
         metric_range: tuple[int, int] | None = None,
         record_reservations: bool = False,
+        resume: Resume | None = None,
     ) -> SimResult:
         """Simulate jobs ``job_range`` (all by default) until every one of them has finished.
 
         ``metric_range`` marks the jobs whose metrics count (a window after its warm-up jobs).
         With ``record_reservations`` the first reservation time of every job is kept in
         ``self.first_reservation`` (used by the property tests of EASY backfill).
+
+        ``resume``: start from a cluster that is already running (``Resume``) and stop after the
+        first scheduling cycle: how ``shared.sim.cycle_on`` runs this loop's cycle on a cluster
+        described by a snapshot. Python loop only; every allocation the run ends with (the resumed
+        ones and those it started) is left in ``self.final_allocs``.
         """
-        if self.core != "python":
+        if resume is not None and self.core == "compiled":
+            raise ValueError("the compiled core cannot resume a running cluster; use core='python'")
+        if self.core != "python" and resume is None:
             from shared.sim.compiled.run import run_compiled, unsupported
 
             reason = unsupported(self, record_reservations)
@@ -312,7 +351,7 @@ class Simulator:
             if self.core == "compiled":
                 raise ValueError(f"the compiled core cannot run this simulation: {reason}")
         else:
-            self.core_reason = "Simulator.core is 'python'"
+            self.core_reason = "a resumed run" if resume is not None else "Simulator.core is 'python'"
         self.last_core = "python"
         self.allocations = {}
         record_allocs = self.record_allocations
@@ -444,6 +483,24 @@ class Simulator:
         # started there since; ``materialize`` adds them back to see the free state the reservation
         # was made on, so that building the caps late pins what building them at once would
         since_bound: dict[int, list[Alloc]] = {}
+
+        if resume is not None:
+            for held in resume.blocked:
+                st.take(held)
+            for j_, (on_, t0_, e_) in resume.running.items():
+                # held until after the cycle (``end`` is unknown): released in no event of this run,
+                # planned by reservations at its estimated end like any running job
+                st.take(on_)
+                allocs[j_] = on_
+                start[j_] = t0_
+                job_group[j_] = on_.group
+                nodes_used[j_] = len(on_.nodes)
+                heapq.heappush(heap, (INF, j_))
+                insort(run_sorted, (e_, j_))
+                insort(run_by_group.setdefault(on_.group, []), (e_, j_))
+                if profiles and st.groups[on_.group].gfree is None:
+                    releases.add(j_, e_, on_)
+        self.final_allocs = allocs
 
         def start_job(j: int, a: Alloc, now: float) -> None:
             nonlocal nq
@@ -1547,6 +1604,8 @@ class Simulator:
             tl_t.append(now)
             tl_busy.append(st.busy_milli / WHOLE_GPU_MILLI)
             tl_q.append(nq)
+            if resume is not None:
+                break  # one cycle on the resumed cluster, nothing after it
             if not heap and i >= hi and nq:
                 raise SimulationError(
                     f"{nq} job(s) can never start on an idle cluster (binding should have excluded them)"

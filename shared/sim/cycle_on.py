@@ -1,0 +1,261 @@
+"""One scheduling cycle of the simulator, run on a cluster described from outside.
+
+Why this exists: Hylo trains and measures its policies in the simulator and deploys them through
+the placer service, so both must make the same decision on the same cluster. Instead of a second
+EASY walk, the placer describes the cluster it was sent (running jobs with their allocations and
+estimated ends, what else is held, the pending jobs in the pipeline's order) and this module runs
+the simulator's own loop (``Simulator.run(resume=...)``) for exactly one cycle on it: the same
+ordering, reservations, backfill and placement calls, speed shortcuts included.
+
+How the described cluster becomes a simulator run: every running job and every pending job is a
+row of one small bound workload; the running rows are resumed on their allocations (their true
+ends unknown, their estimated ends planned by the reservations), the pending rows all arrive at
+``now`` in rank order, and a policy whose keys are the ranks orders them. The pending jobs' own
+submit times therefore play no part: the order is the pipeline's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shared.domain.cluster import ClusterSpec
+from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray, IntArray, build_table
+from shared.policies.base import Policy
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.state import Alloc
+from shared.sim.config import SimConfig
+from shared.sim.simulator import Resume, Simulator
+
+if TYPE_CHECKING:
+    from shared.placement import CpSatPlacer
+
+__all__ = ["CycleOutcome", "PendingRequest", "RankedOrder", "RunningAt", "cycle_on"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A pending job's request, bound to the cluster (CPUs and memory filled, groups found)."""
+
+    gpus: int
+    milli: int
+    cpus_milli: int
+    mem_mib: int
+    groups: tuple[int, ...]
+    est_runtime_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAt:
+    """A running job: where it runs, since when, and when it is estimated to end."""
+
+    alloc: Alloc
+    start_s: float
+    est_end_s: float
+
+
+@dataclass
+class CycleOutcome:
+    """What one cycle decided, by position in the ranked pending list."""
+
+    starts: dict[int, Alloc]
+    #: EASY reservations: the time a blocked job is planned to start
+    reserved: dict[int, float]
+    #: the CP-SAT batch placer's status in this cycle (None: best-fit, or no solve)
+    status: str | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class RankedOrder(Policy):
+    """Keys that are the row index: the pending rows are laid out in the pipeline's rank order.
+
+    One order class (every job in arrival = rank order) lets the simulator take its class-head
+    shortcuts on long queues, exactly as for a base policy.
+    """
+
+    name = "ranked"
+
+    def keys(self, idx: IntArray, now: float) -> FloatArray:
+        return np.asarray(idx, dtype=np.float64)
+
+    def key(self, j: int, now: float) -> float:
+        return float(j)
+
+    def order_classes(self) -> IntArray | None:
+        return np.zeros(len(self.ctx.workload.jobs), dtype=np.int64)
+
+
+def _with_gpu_ids(spec: ClusterSpec, allocs: Sequence[Alloc], track: set[int]) -> list[Alloc]:
+    """``allocs`` with physical GPU ids where a tracked group needs them and they are not known:
+    the lowest GPUs the given ids leave free (a share on the GPU with the least room that holds it).
+
+    Why: a group that tracks shares takes whole GPUs by id; a description that does not say which
+    GPUs a job holds (a Slurm adapter, usually) must still take as many.
+    """
+    used: dict[tuple[int, int], list[int]] = {}  # (group, node) -> milli-GPUs used per GPU
+
+    def row(g: int, i: int) -> list[int]:
+        return used.setdefault((g, i), [0] * spec.node_groups[g].gpus)
+
+    for a in allocs:  # known ids first, so the unknown ones go around them
+        if a.group in track and a.gpu_ids is not None:
+            for k, i in enumerate(a.nodes):
+                for gpu in a.gpu_ids[k]:
+                    row(a.group, i)[gpu] = WHOLE_GPU_MILLI
+        if a.group in track and a.frac_gpu >= 0:
+            row(a.group, a.nodes[0])[a.frac_gpu] += a.milli
+    out: list[Alloc | None] = [None] * len(allocs)
+    # whole GPUs first, then shares from the largest (best fit: the fullest GPU that holds each)
+    todo = sorted(range(len(allocs)), key=lambda k: (allocs[k].milli > 0, -allocs[k].milli, k))
+    for k in todo:
+        a = allocs[k]
+        if a.group not in track or (a.milli and a.frac_gpu >= 0) or (not a.milli and a.gpu_ids is not None):
+            out[k] = a
+            continue
+        if a.milli:
+            r = row(a.group, a.nodes[0])
+            room = [(WHOLE_GPU_MILLI - u, gpu) for gpu, u in enumerate(r) if WHOLE_GPU_MILLI - u >= a.milli]
+            if not room:
+                raise ValueError(f"node {a.nodes[0]} of group {a.group}: no GPU holds a share of {a.milli}")
+            frac = min(room)[1]
+            r[frac] += a.milli
+            out[k] = Alloc(
+                a.group, list(a.nodes), list(a.whole), list(a.cpu), list(a.mem), None, frac, a.milli
+            )
+            continue
+        ids: list[list[int]] = []
+        for e, i in enumerate(a.nodes):
+            r = row(a.group, i)
+            free = [gpu for gpu, u in enumerate(r) if u == 0][: a.whole[e]]
+            if len(free) < a.whole[e]:
+                raise ValueError(f"node {i} of group {a.group}: more whole GPUs held than it has")
+            for gpu in free:
+                r[gpu] = WHOLE_GPU_MILLI
+            ids.append(free)
+        out[k] = Alloc(a.group, list(a.nodes), list(a.whole), list(a.cpu), list(a.mem), ids)
+    return [a for a in out if a is not None]
+
+
+def _workload(
+    spec: ClusterSpec,
+    now: float,
+    running: Sequence[RunningAt],
+    pending: Sequence[PendingRequest],
+    node_slack: int,
+) -> tuple[BoundWorkload, FloatArray]:
+    """The running rows (first) and the pending rows (rank order) as one bound workload, and
+    every row's runtime estimate."""
+    n_run = len(running)
+    class_index: dict[tuple[int, ...], int] = {}
+    job_class: list[int] = []
+    shape_index: dict[tuple[int, int, int], int] = {}
+    shape: list[int] = []
+    gpus: list[int] = []
+    milli: list[int] = []
+    cpus: list[int] = []
+    mem: list[int] = []
+    est: list[float] = []
+    submit: list[float] = []
+
+    def add(g_: int, m_: int, c_: int, mem_: int, groups: tuple[int, ...], e_: float, t_: float) -> None:
+        c = class_index.setdefault(groups, len(class_index))
+        job_class.append(c)
+        shape.append(shape_index.setdefault((g_, m_, c), len(shape_index)))
+        gpus.append(g_)
+        milli.append(m_)
+        cpus.append(c_)
+        mem.append(mem_)
+        est.append(e_)
+        submit.append(t_)
+
+    for r in running:
+        a = r.alloc
+        whole = sum(a.whole)
+        add(
+            whole if whole else (1 if a.milli else 0),
+            a.milli if a.milli and not whole else WHOLE_GPU_MILLI,
+            sum(a.cpu),
+            sum(a.mem),
+            (a.group,),
+            max(r.est_end_s - r.start_s, 0.0),
+            min(r.start_s, now),
+        )
+    for p in pending:
+        add(p.gpus, p.milli, p.cpus_milli, p.mem_mib, p.groups, max(p.est_runtime_s, 0.0), now)
+    n = len(gpus)
+    est_np = np.asarray(est, dtype=np.float64)
+    table = build_table(
+        ids=[f"running-{k}" for k in range(n_run)] + [f"pending-{k}" for k in range(n - n_run)],
+        submit=submit,
+        runtime=[e if math.isfinite(e) else 0.0 for e in est],
+        estimate=est,
+        gpus=gpus,
+        gpu_milli=milli,
+        cpus_milli=cpus,
+        mem_mib=mem,
+    )
+    bound = BoundWorkload(
+        spec=spec,
+        jobs=table,
+        job_class=np.asarray(job_class, dtype=np.int64),
+        class_groups=list(class_index),
+        shape=np.asarray(shape, dtype=np.int64),
+        node_slack=node_slack,
+    )
+    return bound, est_np
+
+
+def cycle_on(
+    spec: ClusterSpec,
+    now: float,
+    running: Sequence[RunningAt],
+    pending: Sequence[PendingRequest],
+    config: SimConfig,
+    *,
+    blocked: Sequence[Alloc] = (),
+    track: set[int] | None = None,
+    batch_placer: CpSatPlacer | None = None,
+) -> CycleOutcome:
+    """The simulator's scheduling cycle at ``now`` on this cluster: which of ``pending`` (in rank
+    order, highest first) start where, and the reservations of those that wait.
+
+    ``blocked``: resources no reservation may plan on (drained, down or unreported nodes; use the
+    cluster attributes to no job). ``track``: the node groups that keep per-GPU shares (by default
+    those of the fractional jobs, running or pending). ``batch_placer``: the CP-SAT placer to use
+    when ``config.placement`` is ``"cp-sat"``.
+    """
+    if config.reservation != "nodes" and config.backfill == "easy" and config.placement == "cp-sat":
+        raise ValueError("count reservations are not available with cp-sat placement")
+    bound, est = _workload(spec, now, running, pending, config.node_slack)
+    n_run = len(running)
+    if track is None:
+        track = {a.alloc.group for a in running if a.alloc.milli and not sum(a.alloc.whole)}
+        track |= {g for p in pending if p.gpus and p.milli < WHOLE_GPU_MILLI for g in p.groups}
+        track |= {a.group for a in blocked if a.milli}
+    allocs = _with_gpu_ids(spec, [r.alloc for r in running] + list(blocked), track)
+    sim = Simulator(bound, RankedOrder(), config, estimate=est, batch_placer=batch_placer)
+    sim.core = "python"
+    sim.frac_groups = set(track)
+    resume = Resume(
+        running={k: (allocs[k], running[k].start_s, running[k].est_end_s) for k in range(n_run)},
+        blocked=tuple(allocs[n_run:]),
+    )
+    easy = config.backfill == "easy"
+    result = sim.run(job_range=(n_run, len(bound.jobs)), record_reservations=easy, resume=resume)
+    starts = {
+        j - n_run: sim.final_allocs[j]
+        for j in range(n_run, len(bound.jobs))
+        if result.start[j] == result.start[j]  # started (not NaN)
+    }
+    reserved: dict[int, float] = {}
+    if easy and sim.first_reservation is not None:
+        for j in np.flatnonzero(np.isfinite(sim.first_reservation[n_run:])).tolist():
+            if j not in starts:
+                reserved[j] = float(sim.first_reservation[n_run + j])
+    stats = dict(result.placer_stats)
+    status = next((k.removeprefix("status_") for k in stats if k.startswith("status_")), None)
+    return CycleOutcome(starts=starts, reserved=reserved, status=status, stats=stats)

@@ -1,0 +1,111 @@
+"""One scheduling cycle for the simulator and the placer: ``cycle_on`` and ``run_applied``.
+
+The bar: a cluster that starts exactly what ``SimulatorDecider`` decides at each event (the
+simulator's cycle run by ``cycle_on`` on a description of the cluster: running jobs with their
+allocations and estimated ends, the queue in policy order) gets ``Simulator.run``'s schedule, job
+for job and node for node, on the random scenarios the compiled core is held to, for every base
+policy, backfill mode, placer, estimate source and reservation count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.domain.jobs import build_table
+from shared.policies import POLICY_NAMES, make_policy
+from shared.scheduling.binding import BoundWorkload, bind_jobs
+from shared.scheduling.state import Alloc
+from shared.sim.applied import RefusedStart, SimulatorDecider, run_applied
+from shared.sim.config import SimConfig
+from shared.sim.cycle_on import PendingRequest, RunningAt, cycle_on
+from shared.sim.simulator import Simulator
+from tests.sim.sim_helpers import one_group_spec
+from tests.sim.test_compiled import whole_gpus
+from tests.sim.test_properties import Scenario, scenarios
+
+
+def both(bound: BoundWorkload, policy: str, cfg: SimConfig) -> None:
+    sim = Simulator(bound, make_policy(policy), cfg)
+    sim.core = "python"
+    sim.record_allocations = True
+    expect = sim.run()
+    applied_policy = make_policy(policy)
+    decider = SimulatorDecider(bound, applied_policy, cfg, sim.est)
+    got = run_applied(bound, decider, sim.est, policy=applied_policy)
+    np.testing.assert_array_equal(got.result.start, expect.start)
+    np.testing.assert_array_equal(got.result.end, expect.end)
+    mine = {j: (a.group, tuple(a.nodes), tuple(a.whole)) for j, a in got.allocations.items()}
+    theirs = {j: (g, nodes, whole) for j, (g, nodes, whole, _, _) in sim.allocations.items()}
+    assert mine == theirs
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scenario=st.one_of(scenarios(), scenarios().map(whole_gpus)),
+    policy=st.sampled_from(POLICY_NAMES),
+    backfill=st.sampled_from(["easy", "greedy", "none"]),
+    placement=st.sampled_from(["first-fit", "best-fit"]),
+    oracle=st.booleans(),
+    max_res=st.sampled_from([0, 1]),
+)
+def test_the_applied_cycle_gives_the_simulators_schedule(
+    scenario: Scenario, policy: str, backfill: str, placement: str, oracle: bool, max_res: int
+) -> None:
+    cfg = SimConfig(
+        backfill=backfill,  # type: ignore[arg-type]
+        placement=placement,
+        oracle_runtimes=oracle,
+        node_slack=scenario.node_slack,
+        max_reservations=max_res,
+    )
+    both(scenario.bind(), policy, cfg)
+
+
+def test_the_applied_cycle_on_a_philly_prefix(philly_bound: BoundWorkload) -> None:
+    """1,500 Philly jobs at offered load 1.2 under EASY: long queues (class heads, pre-checks,
+    lazy reservations, gangs)."""
+    sim = Simulator(philly_bound, make_policy("fcfs"), SimConfig())
+    assert sim.run().timeline_queued.max() > 64, "too light to exercise long queues"
+    for policy in ("fcfs", "sjf"):
+        both(philly_bound, policy, SimConfig())
+
+
+@pytest.fixture(scope="module")
+def philly_bound() -> BoundWorkload:
+    from shared.sim.evaluate import prepare_workload
+
+    work = prepare_workload("philly", None, n_jobs=1500, seed=0, estimates="history", target_load=1.2)
+    return bind_jobs(work.bound.jobs.take(np.arange(1500)), work.spec)
+
+
+def test_the_textbook_backfill_case_starts_job_4_at_once() -> None:
+    """Issue 18's case on 4 single-slot nodes, described as a cluster at t=3: job 2 runs (2 slots,
+    ends t=10), job 3 (3 slots) waits and reserves t=10, job 4 (1 slot, estimate 100) fits on a
+    node the reservation does not need and starts now."""
+    spec = one_group_spec(4, 1)
+    running = [RunningAt(Alloc(0, [0, 1], [1, 1], [1000, 1000], [1024, 1024]), 0.0, 10.0)]
+    pending = [
+        PendingRequest(3, 1000, 3000, 3072, (0,), 5.0),
+        PendingRequest(1, 1000, 1000, 1024, (0,), 100.0),
+    ]
+    out = cycle_on(spec, 3.0, running, pending, SimConfig())
+    assert list(out.starts) == [1]
+    assert out.reserved == {0: 10.0}
+
+
+def test_a_decision_that_does_not_fit_is_refused_with_the_job_named() -> None:
+    jobs = build_table(
+        ids=["a", "b"], submit=[0.0, 0.0], runtime=[5.0, 5.0], estimate=[5.0, 5.0], gpus=[2, 2]
+    )
+    bound = bind_jobs(jobs, one_group_spec(1, 2))
+
+    class Greedy:
+        def decide(self, view: object) -> dict[int, Alloc]:
+            a = Alloc(0, [0], [2], [1000], [1024])
+            return {0: a, 1: Alloc(0, [0], [2], [1000], [1024])}
+
+    with pytest.raises(RefusedStart, match="job b does not fit"):
+        run_applied(bound, Greedy(), np.array([5.0, 5.0]))
