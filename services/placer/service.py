@@ -87,7 +87,9 @@ async def build(ctx: ServiceContext) -> Wiring:
         nice = lower_priority(settings.recorder_nice)
         log.info("record-role replica: nice %d (HYLO_RECORDER_NICE=%d)", nice, settings.recorder_nice)
     placer_settings = SERVICE_SETTINGS.model_copy(update={"solve_when_all_fit": settings.cpsat_always_solve})
-    stage = PlacerStage(ctx.specs, placement=settings.placement, settings=placer_settings)
+    stage = PlacerStage(
+        ctx.specs, placement=settings.placement, settings=placer_settings, config=settings.sim_config()
+    )
     engine = ctx.engine
     assert engine is not None, "the placer needs the database (needs_store=True)"
     latency = ctx.metrics.decision_seconds

@@ -6,16 +6,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from shared.config import HyloBaseSettings
+from shared.sim.scheduler_settings import SchedulerSettings
 
 
-class PlacerServiceSettings(HyloBaseSettings):
-    """``HYLO_PLACEMENT``, ``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``, ``HYLO_CPSAT_ALWAYS_SOLVE``,
-    ``HYLO_RECORDER_NICE``."""
+class PlacerServiceSettings(SchedulerSettings):
+    """``HYLO_PLACER_ROLE``, ``HYLO_SNAPSHOT_CACHE``, ``HYLO_CPSAT_ALWAYS_SOLVE``, ``HYLO_RECORDER_NICE``,
+    and the scheduler's rules (``SchedulerSettings``: ``HYLO_PLACEMENT``, ``HYLO_BACKFILL``, ...)."""
 
-    placement: Literal["best-fit", "cp-sat"] = Field(
-        default="cp-sat", description="CP-SAT over the top K jobs, or best-fit in priority order"
-    )
     placer_role: Literal["all", "decide", "record"] = Field(
         default="all",
         description="decide: only PriorityVector -> PlacementDecision; record: only the recorder "

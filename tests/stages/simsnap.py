@@ -26,6 +26,7 @@ from shared.schemas import (
     RunningJob,
     RunningJobs,
 )
+from shared.schemas.snapshot_cluster import allocation_fields
 
 
 def node_name(workload: BoundWorkload, group: int, index: int) -> str:
@@ -103,8 +104,10 @@ def snapshot_of(
     cluster: str | None = None,
     correlation_id: str = "sim",
     sequence: int = 1,
+    allocations: bool = True,
 ) -> QueueSnapshot:
-    """The QueueSnapshot an adapter would report for this simulated state and queue."""
+    """The QueueSnapshot an adapter would report for this simulated state and queue; with
+    ``allocations`` the running jobs' exact per-node allocations (schema version 6)."""
     w = sim.workload
     nodes = []
     for k, (g, gs) in enumerate(zip(w.spec.node_groups, sim.state.groups, strict=True)):
@@ -130,6 +133,7 @@ def snapshot_of(
             gpu_milli=int(jobs.gpu_milli[j]),
             start_s=sim.start[j],
             est_end_s=sim.est_end(j),
+            **(allocation_fields(a) if allocations else {}),
         )
         for j, a in sim.allocs.items()
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
+from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.scheduling.placement import alloc_fits
-from shared.scheduling.state import Alloc
+from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas import (
     FeatureMatrix,
     NodeState,
@@ -115,21 +117,44 @@ def vector(matrix: FeatureMatrix, priorities: Sequence[float], policy: str = "fc
     )
 
 
+def on_these_gpus(st: ClusterState, a: Alloc) -> Alloc:
+    """``a`` on the physical GPUs of ``st`` (which GPU of a node is which is the state's own
+    numbering): its whole GPUs on the node's lowest free ones, a share on the fullest GPU that holds
+    it (or on GPU 0 when none does, so that the fit test fails)."""
+    gs = st.groups[a.group]
+    if gs.gfree is None:
+        return a
+    if a.milli:
+        row = gs.gfree[a.nodes[0]].tolist()
+        room = [(v, k) for k, v in enumerate(row) if v >= a.milli]
+        frac = min(room)[1] if room else 0
+        return Alloc(a.group, list(a.nodes), list(a.whole), list(a.cpu), list(a.mem), None, frac, a.milli)
+    ids = [
+        [k for k, v in enumerate(gs.gfree[i].tolist()) if v == WHOLE_GPU_MILLI][:w]
+        for i, w in zip(a.nodes, a.whole, strict=True)
+    ]
+    return Alloc(a.group, list(a.nodes), list(a.whole), list(a.cpu), list(a.mem), ids)
+
+
 def check_allocations(
     snapshot: QueueSnapshot,
     spec: ClusterSpec,
     allocs: Sequence[tuple[PendingJob, Alloc]],
     node_slack: int = 0,
+    state: ClusterState | None = None,
 ) -> None:
     """Every allocation fits the snapshot's free resources given the earlier ones, and has its job's shape.
 
-    Replays the allocations (in order) on a fresh state of the snapshot; raises AssertionError.
+    Replays the allocations (in order) on a fresh state of the snapshot, or on a copy of ``state``
+    (the cluster's true state, where the snapshot came from a simulated one); raises AssertionError.
     """
     from shared.schemas.views import bind_pending
 
     track = set(range(len(spec.node_groups)))
     ss = snapshot_state(snapshot, spec, track)
     st = ss.state
+    if state is not None:
+        st = copy.deepcopy(state)
     jobs = PendingJobs.of(j for j, _ in allocs)
     binding = bind_pending(jobs, spec, node_slack)
     groups = dict(zip(binding.kept, binding.groups, strict=True))
@@ -147,6 +172,7 @@ def check_allocations(
             assert sum(a.whole) == job.gpus, f"{job.job_id}: {sum(a.whole)} GPUs, asked {job.gpus}"
             need = -(-job.gpus // g.gpus)
             assert len(a.nodes) <= need + node_slack, f"{job.job_id}: on {len(a.nodes)} nodes"
+        a = on_these_gpus(st, a)
         assert alloc_fits(st, a, None, job.gpu_milli), f"{job.job_id}: does not fit what is left"
         st.take(a)
     st.check_invariants(spec)

