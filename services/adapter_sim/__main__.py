@@ -42,6 +42,7 @@ def main() -> int:
         "wall_s": run.wall_s,
         "stats": run.stats.summary(),
         "differing_starts": cmp.differing_starts,
+        "differing_nodes": cmp.differing_nodes,
         "pipeline": cmp.pipeline.to_json_dict(),
         "base": cmp.base.to_json_dict(),
     }

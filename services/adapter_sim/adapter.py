@@ -1,11 +1,14 @@
-"""One run of the simulated cluster: the simulator in a worker thread, the bus on the event loop.
+"""One run of the simulated cluster: the cluster in a worker thread, the bus on the event loop.
 
-Why lockstep (the default): the simulated clock waits for each decision, so a run is
+The cluster (``shared.sim.applied.run_applied``) starts exactly what the pipeline's placer decides,
+on the nodes it decides (``PipelineDecider``), so a replay runs the scheduler ``hylo simulate``
+measures. Why lockstep (the default): the simulated clock waits for each decision, so a run is
 deterministic whatever the services' speed (the same jobs and the same decisions give the same
 schedule), which is what the tests and the demo compare against the base policy. A decision that
-does not come within ``decision_timeout_s`` is replaced by the base policy's order for that one
-cycle, and counted. Accelerated mode trades that determinism for a cluster that lives in (scaled)
-real time, as a live one does: the clock never waits, and the newest decision in is applied.
+does not come within ``decision_timeout_s`` is replaced by the simulator's own cycle in the base
+policy's order for that one event, and counted. Accelerated mode trades that determinism for a
+cluster that lives in (scaled) real time, as a live one does: the clock never waits, and the newest
+decision in is applied.
 
 Snapshot ``sequence`` numbers start at the wall clock in microseconds: the services remember the
 newest sequence per cluster (latest-wins), so a second run on the same cluster must not start
@@ -22,16 +25,18 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 
 from services.adapter_sim.bridge import PipelineBridge
-from services.adapter_sim.remote_policy import Mode, ProgressHook, RemotePolicy
+from services.adapter_sim.pipeline_decider import Mode, PipelineDecider, ProgressHook
 from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING
 from services.adapter_sim.stats import AdapterStats
 from shared.bus import BusSettings, Publisher
 from shared.policies import make_policy
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.result import SimResult
+from shared.scheduling.state import Alloc
 from shared.schemas import validate_cluster_name
+from shared.sim.applied import run_applied
 from shared.sim.config import SimConfig
-from shared.sim.simulator import Simulator
+from shared.sim.simulator import runtime_estimates
 
 
 @dataclass
@@ -39,6 +44,8 @@ class AdapterRun:
     """The schedule the pipeline produced (``result``, a ``SimResult``) and the run's counters."""
 
     result: SimResult
+    #: every job's allocation, as the placer decided it (job index -> Alloc)
+    allocations: dict[int, Alloc]
     stats: AdapterStats
     cluster: str
     base_policy: str
@@ -62,7 +69,6 @@ async def run_simulated_cluster(
     decision_timeout_s: float = 10.0,
     max_pending: int = DEFAULT_MAX_PENDING,
     job_id_prefix: str = "",
-    job_range: tuple[int, int] | None = None,
     progress: ProgressHook | None = None,
     stop: threading.Event | None = None,
     give_up_after: int = 5,
@@ -80,14 +86,19 @@ async def run_simulated_cluster(
     so far (not deterministic; ``give_up_after`` does not apply).
     """
     validate_cluster_name(cluster)
+    config = config or SimConfig()
     base = make_policy(base_policy)
+    estimate = runtime_estimates(workload, config)  # the simulator's, NaN refused with the count
     stats = AdapterStats()
     stop = stop or threading.Event()
     bridge = PipelineBridge(
         js, publisher, bus_settings, cluster, decision_timeout_s=decision_timeout_s, stats=stats
     )
-    policy = RemotePolicy(
+    decider = PipelineDecider(
+        workload,
+        estimate,
         base,
+        config,
         bridge,
         cluster,
         stats=stats,
@@ -100,23 +111,26 @@ async def run_simulated_cluster(
         mode=mode,
         speedup=speedup,
     )
-    simulator = Simulator(workload, policy, config)  # binds the policy: bad job ids fail here
     await bridge.start()
     t0 = time.perf_counter()
     try:
         try:
-            result = await asyncio.to_thread(simulator.run, job_range)
+            applied = await asyncio.to_thread(
+                run_applied, workload, decider, estimate, policy=base, label=f"pipeline/{base.name}"
+            )
         except asyncio.CancelledError:
-            stop.set()  # the thread ends at its next cycle
+            stop.set()  # the thread ends at its next event
             raise
         await bridge.flush()  # accelerated mode: publishes still in flight
-        rest = policy.take_outcomes()  # jobs that ended after the last cycle
+        decider.note_end(applied.tail)  # jobs that ended after the last event with a queue
+        rest = decider.take_outcomes()
         await bridge.publish_outcomes(rest)
         stats.outcomes += len(rest)
     finally:
         await bridge.close()
     return AdapterRun(
-        result=result,
+        result=applied.result,
+        allocations=applied.allocations,
         stats=stats,
         cluster=cluster,
         base_policy=base_policy,

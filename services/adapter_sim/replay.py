@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.adapter_sim.adapter import AdapterRun, run_simulated_cluster
-from services.adapter_sim.remote_policy import ProgressHook
+from services.adapter_sim.pipeline_decider import ProgressHook
 from services.adapter_sim.settings import AdapterSimSettings
 from shared.bus import BusSettings, Publisher, connect, ensure_streams
 from shared.metrics import WindowMetrics, summarize_window
@@ -28,12 +28,9 @@ from shared.sim.simulator import Simulator
 
 
 def sim_config(settings: AdapterSimSettings) -> SimConfig:
-    """The simulated scheduler: EASY backfill and best-fit unless configured otherwise."""
-    return SimConfig(
-        backfill=settings.sim_backfill,
-        placement=settings.sim_placement,
-        oracle_runtimes=settings.sim_estimates == "oracle",
-    )
+    """The scheduler the placer runs (``HYLO_PLACEMENT``, ``HYLO_BACKFILL``, ...), planning with
+    actual runtimes when the estimates are the oracle's."""
+    return settings.sim_config(oracle_runtimes=settings.sim_estimates == "oracle")
 
 
 def load_workload(settings: AdapterSimSettings) -> PreparedWorkload:
@@ -108,12 +105,19 @@ class Comparison:
     base_result: SimResult
     #: jobs whose start time differs between the two schedules (0: identical schedules)
     differing_starts: int
+    #: jobs that ran on other nodes (node group or node list) in the two schedules
+    differing_nodes: int = 0
 
 
 def compare_with_base(run: AdapterRun, work: PreparedWorkload, config: SimConfig) -> Comparison:
     """Simulate the base policy alone on the same jobs and summarize both runs over every job."""
-    base = Simulator(work.bound, make_policy(run.base_policy), config).run()
+    sim = Simulator(work.bound, make_policy(run.base_policy), config)
+    sim.record_allocations = True
+    base = sim.run()
     jobs = range(len(work.bound.jobs))
+    placed = {j: (a.group, tuple(a.nodes)) for j, a in run.allocations.items()}
+    simulated = {j: (g, nodes) for j, (g, nodes, _, _, _) in sim.allocations.items()}
+    moved = sum(1 for j in placed.keys() | simulated.keys() if placed.get(j) != simulated.get(j))
     excluded = work.excluded_count
     same = np.isclose(run.result.start, base.start, rtol=0.0, atol=0.0, equal_nan=True)
     return Comparison(
@@ -121,4 +125,5 @@ def compare_with_base(run: AdapterRun, work: PreparedWorkload, config: SimConfig
         base=summarize_window(base, jobs, excluded=excluded, label=run.base_policy),
         base_result=base,
         differing_starts=int(np.count_nonzero(~same)),
+        differing_nodes=moved,
     )

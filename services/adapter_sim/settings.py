@@ -1,5 +1,6 @@
-"""Settings of the simulated cluster (``HYLO_SIM_*``, plus the shared ``HYLO_CLUSTERS`` and
-``HYLO_BASE_POLICY``), read like every service's from the environment over ``hylo.toml``.
+"""Settings of the simulated cluster (``HYLO_SIM_*``, plus the shared ``HYLO_CLUSTERS``,
+``HYLO_BASE_POLICY`` and the scheduler's rules), read like every service's from the environment over
+``hylo.toml``.
 
 Why the shared keys: the simulated cluster must be described to the pipeline with the spec the
 services use for it (``HYLO_CLUSTERS`` maps the cluster name to it), and must fall back to the
@@ -14,14 +15,17 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING
-from shared.config import HyloBaseSettings
 from shared.policies import POLICY_NAMES
 from shared.schemas import validate_cluster_name
 from shared.sim.evaluate import DEFAULT_CLUSTER, EMBEDDED
+from shared.sim.scheduler_settings import SchedulerSettings
 
 
-class AdapterSimSettings(HyloBaseSettings):
-    """What to replay, as which cluster, and how long to wait for the pipeline."""
+class AdapterSimSettings(SchedulerSettings):
+    """What to replay, as which cluster, and how long to wait for the pipeline; the scheduler's rules
+    (``HYLO_PLACEMENT``, ``HYLO_BACKFILL``, ...) are the placer's (``SchedulerSettings``): the cluster
+    compares the pipeline's schedule with the simulator's under them, and uses them when no decision
+    comes."""
 
     sim_cluster: str = Field(default="embedded", description="cluster name on the bus (subject token)")
     clusters: dict[str, str] = Field(
@@ -40,8 +44,6 @@ class AdapterSimSettings(HyloBaseSettings):
     sim_seed: int = Field(default=0, ge=0)
     sim_load: float | None = Field(default=None, gt=0, description="rescale arrivals to this offered load")
     sim_estimates: Literal["noisy", "history", "oracle", "trace"] = "noisy"
-    sim_backfill: Literal["easy", "greedy", "none"] = "easy"
-    sim_placement: Literal["first-fit", "best-fit"] = "best-fit"
     base_policy: str = Field(default="fcfs", description="order of a cycle without a decision in time")
     sim_decision_timeout_s: float = Field(default=10.0, gt=0, description="lockstep wait per cycle")
     sim_mode: Literal["lockstep", "accelerated"] = Field(

@@ -20,10 +20,10 @@ class AdapterStats:
 
     #: snapshots published (one per scheduling cycle)
     snapshots: int = 0
-    #: cycles ordered by a decision of the pipeline
+    #: events whose starts a decision of the pipeline made
     decisions_applied: int = 0
-    #: cycles with no decision within the timeout (accelerated mode: none received yet), ordered by
-    #: the base policy instead
+    #: events with no decision within the timeout (accelerated mode: none received yet), whose
+    #: starts the simulator's own cycle made instead, in the base policy's order
     timeouts: int = 0
     #: snapshots a pipeline stage dead-lettered (no decision could come; base policy for the cycle)
     rejected: int = 0
@@ -31,13 +31,13 @@ class AdapterStats:
     rejections: dict[str, int] = field(default_factory=dict)
     #: the last rejection, verbatim (for the error when a run gives up)
     last_rejection: str | None = None
-    #: accelerated mode: cycles ordered by the decision of an earlier snapshot (the newest one in)
+    #: accelerated mode: events given the decision of an earlier snapshot (the newest one in)
     stale_decisions: int = 0
     #: decisions that arrived after their cycle had timed out, or for a snapshot of another run
     late_decisions: int = 0
     #: ranked job ids a decision named that were not pending in its snapshot (ignored)
     unknown_jobs: int = 0
-    #: cycles whose queue was longer than the snapshot cap (the tail kept base-policy order)
+    #: events whose queue was longer than the snapshot cap (the placer did not see the tail)
     truncated_snapshots: int = 0
     #: queued jobs left out of snapshots by the cap, summed over cycles
     truncated_jobs: int = 0

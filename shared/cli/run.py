@@ -295,15 +295,15 @@ def _summary_lines(run: AdapterRun, cmp: Comparison, options: ReplayOptions) -> 
     decided_by = ", ".join(f"{k} {v:,}" for k, v in sorted(s.policies.items())) or "none"
     fallbacks = "; ".join(f"{escape(k)} ({v:,})" for k, v in sorted(s.fallbacks.items())) or "none"
     same = (
-        "[green]identical schedules[/]"
-        if cmp.differing_starts == 0
-        else f"{cmp.differing_starts:,} jobs started at a different time"
+        "[green]identical schedules (starts and nodes)[/]"
+        if cmp.differing_starts == cmp.differing_nodes == 0
+        else f"{cmp.differing_starts:,} jobs started at another time, {cmp.differing_nodes:,} on other nodes"
     )
     lines = [
         f"cycles: {s.snapshots:,} snapshots, {s.decisions_applied:,} decisions applied (by {decided_by})",
         f"fallbacks inside the pipeline: {fallbacks}",
         (
-            f"cycles ordered by {run.base_policy} on the adapter's side: {s.timeouts:,} timed out, "
+            f"events the simulator's own {run.base_policy} cycle decided: {s.timeouts:,} timed out, "
             f"{s.rejected:,} snapshots dead-lettered by a stage; late decisions: {s.late_decisions:,}"
         )
         if options.speedup is None
@@ -318,7 +318,7 @@ def _summary_lines(run: AdapterRun, cmp: Comparison, options: ReplayOptions) -> 
     if s.truncated_snapshots:
         lines.append(
             f"{s.truncated_snapshots:,} queues were longer than the snapshot cap of {max_pending:,} jobs "
-            f"({s.truncated_jobs:,} job-cycles left out; they kept {run.base_policy} order)"
+            f"({s.truncated_jobs:,} job-cycles left out: the placer did not see them)"
         )
     for reason, count in sorted(s.rejections.items()):
         lines.append(f"  dead-lettered ({count:,}): {escape(reason)}")
@@ -344,6 +344,7 @@ def _report(
         "replay_wall_s": run.wall_s,
         "stats": run.stats.summary(),
         "differing_starts": cmp.differing_starts,
+        "differing_nodes": cmp.differing_nodes,
         "pipeline": cmp.pipeline.to_json_dict(),
         "base": cmp.base.to_json_dict(),
         **extra,

@@ -4,7 +4,9 @@ It is not a mock of the bus: it reads the adapter's snapshots from JetStream wit
 consumer, as the featurizer will, and publishes ``PlacementDecision``s on the placements subject,
 as the placer will. Its order is written here from the policies' definitions (docs/simulator.md),
 independently of ``shared.policies``: FCFS by submit time, SJF by whole seconds of estimate then
-fewer GPUs; ties by the snapshot's pending order (arrival).
+fewer GPUs; ties by the snapshot's pending order (arrival). It places as the placer does: the
+simulator's cycle (``cycle_on``) on the cluster the snapshot describes, in that order, answering
+with the nodes and the exact per-node allocations.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import contextlib
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from shared.bus import Consumer, Delivery
-from shared.domain.cluster import ClusterSpec
+from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.schemas import (
     JobPlacement,
     PendingJob,
@@ -25,7 +29,11 @@ from shared.schemas import (
     QueueSnapshot,
     snapshot_views,
 )
+from shared.schemas.snapshot_cluster import allocation_fields, describe_cluster
 from shared.schemas.stage_error import StageError
+from shared.schemas.views import bind_pending
+from shared.sim.config import SimConfig
+from shared.sim.cycle_on import PendingRequest, cycle_on
 from tests.conftest_services import Bus
 
 
@@ -71,9 +79,10 @@ class Responder:
         pending = list(enumerate(snapshot.pending))
         pending.sort(key=lambda kj: (*key(kj[1]), kj[0]))
         n = len(pending)
+        starts = _place(snapshot, [k for k, _ in pending], self.spec or PLACE_ON)
         placements = [
-            JobPlacement(job_id=job.job_id, rank=r, priority=float(n - r))
-            for r, (_, job) in enumerate(pending)
+            JobPlacement(job_id=job.job_id, rank=r, priority=float(n - r), **starts.get(k, {}))
+            for r, (k, job) in enumerate(pending)
         ]
         if self.extra_job is not None:
             placements.insert(0, JobPlacement(job_id=self.extra_job, rank=0, priority=1e9))
@@ -87,6 +96,37 @@ class Responder:
             placements=Placements.of(placements),
         )
         await bus.publisher.publish(decision)
+
+
+#: the cluster the adapter tests replay on, where a responder is given no spec
+PLACE_ON = load_cluster_spec(str(Path(__file__).with_name("small_cluster.toml")))
+
+
+def _place(snapshot: QueueSnapshot, ranked: list[int], spec: ClusterSpec) -> dict[int, dict[str, Any]]:
+    """The placer's starts for the pending jobs in ``ranked`` order (positions in the snapshot):
+    position -> the ``JobPlacement`` fields of its nodes and allocation."""
+    pending = snapshot.pending
+    binding = bind_pending(pending, spec)
+    kept = {row: k for k, row in enumerate(binding.kept)}
+    order = [row for row in ranked if row in kept]
+    requests = [
+        PendingRequest(
+            pending.gpus[row],
+            pending.gpu_milli[row],
+            binding.cpus_milli[kept[row]],
+            binding.mem_mib[kept[row]],
+            binding.groups[kept[row]],
+            pending.est_runtime_s[row],
+        )
+        for row in order
+    ]
+    cluster = describe_cluster(snapshot, spec)
+    out = cycle_on(spec, snapshot.time, cluster.running, requests, SimConfig(), blocked=cluster.blocked)
+    fields: dict[int, dict[str, Any]] = {}
+    for k, a in out.starts.items():
+        alloc = allocation_fields(a)
+        fields[order[k]] = {"nodes": cluster.names_of(a), **alloc}
+    return fields
 
 
 @contextlib.asynccontextmanager
