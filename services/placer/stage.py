@@ -326,6 +326,7 @@ class PlacerStage:
                 self.config,
                 blocked=cluster.blocked,
                 batch_placer=self.cpsat,
+                state_of=lambda track: cluster.state(spec, track),
             )
         except ValueError:
             raise
@@ -334,7 +335,15 @@ class PlacerStage:
                 raise
             log.exception("CP-SAT placement failed; best-fit decides")
             fallback = self.config.model_copy(update={"placement": "best-fit"})
-            out = cycle_on(spec, now, cluster.running, pending, fallback, blocked=cluster.blocked)
+            out = cycle_on(
+                spec,
+                now,
+                cluster.running,
+                pending,
+                fallback,
+                blocked=cluster.blocked,
+                state_of=lambda track: cluster.state(spec, track),
+            )
             out.status = "ERROR_FALLBACK"
         allocs = {ranked[k]: a for k, a in out.starts.items()}
         spread = {row: _spread(spec, gpus[row], milli[row], a) for row, a in allocs.items()}

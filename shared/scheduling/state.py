@@ -135,6 +135,28 @@ class GroupState:
         self.mem[i] = mem
         self._refresh_node(i)
 
+    def set_gpus(self, gfree: I64, cpu: I64, mem: I64) -> None:
+        """Set every node's free milli-GPUs per GPU, CPUs and memory at once (a group that tracks
+        shares), with the free-GPU buckets and share lists rebuilt to what taking the same
+        allocations one by one leaves: a cluster state described from outside, in one pass."""
+        assert self.gfree is not None
+        self.gfree = np.asarray(gfree, dtype=np.int64).copy()
+        self.cpu = np.asarray(cpu, dtype=np.int64).copy()
+        self.mem = np.asarray(mem, dtype=np.int64).copy()
+        whole = (self.gfree == WHOLE_GPU_MILLI).sum(axis=1).astype(np.int64)
+        self.whole = whole
+        order = np.argsort(whole, kind="stable")  # ascending node ids within each free-GPU count
+        bounds = np.searchsorted(whole[order], np.arange(self.G + 2))
+        self.bucket = [order[bounds[k] : bounds[k + 1]].tolist() for k in range(self.G + 1)]
+        self.free_whole = int(whole.sum())
+        self.maxfrac = self.gfree.max(axis=1) if self.G else np.zeros(self.n, dtype=np.int64)
+        node, gpu = np.nonzero((self.gfree > 0) & (self.gfree < WHOLE_GPU_MILLI))
+        entries = sorted(zip(self.gfree[node, gpu].tolist(), node.tolist(), gpu.tolist(), strict=True))
+        self.partial = entries
+        self.node_partial = {}
+        for entry in sorted(entries, key=lambda e: (e[1], e[2])):
+            self.node_partial.setdefault(entry[1], []).append(entry)
+
     def copy(self) -> GroupState:
         other = GroupState.__new__(GroupState)
         other.index, other.n, other.G = self.index, self.n, self.G

@@ -24,9 +24,10 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.scheduling.state import Alloc
+from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas.numbers import column_array
-from shared.schemas.snapshot import QueueSnapshot
+from shared.schemas.snapshot import QueueSnapshot, RunningJobs
+from shared.schemas.snapshot_state import fill_group
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
 from shared.sim.cycle_on import RunningAt
 
@@ -44,6 +45,51 @@ class DescribedCluster:
     layout: NodeLayout
     #: True when the running jobs' allocations were reported, not estimated
     exact: bool
+    #: [3, slots]: what the running jobs hold (whole GPUs, milli-CPUs, MiB) and what is blocked
+    used: I64 | None = None
+    rest: I64 | None = None
+    #: per (job, node) entry: group, node index in the group, whole GPUs, GPU mask (0: not known)
+    entries: tuple[I64, I64, I64, npt.NDArray[np.uint64]] | None = None
+    #: per fractional job: group, node index, share GPU (-1: not known), milli-GPUs
+    shares: tuple[I64, I64, I64, I64] | None = None
+
+    def state(self, spec: ClusterSpec, track: set[int]) -> ClusterState | None:
+        """The cluster with every running job and every blocked resource taken, built at once
+        (what taking them one by one leaves, for ``Resume.state``), or None where that needs a
+        choice of physical GPUs the description does not make (a group in ``track`` with a job
+        whose GPUs or share GPU are not known, or a blocked partial share)."""
+        if self.used is None or self.rest is None or self.entries is None or self.shares is None:
+            return None
+        if any(a.milli and a.group in track for a in self.blocked):
+            return None
+        lay = self.layout
+        rest = np.maximum(self.rest, 0)
+        free = _capacity(spec) - self.used - rest
+        st = ClusterState(spec, track)
+        e_group, e_node, e_whole, e_mask = self.entries
+        s_group, s_node, s_gpu, s_milli = self.shares
+        for g, gs in enumerate(st.groups):
+            lo, hi = int(lay.offsets[g]), int(lay.offsets[g + 1])
+            if gs.gfree is None:
+                fill_group(gs, free[0, lo:hi], free[1, lo:hi], free[2, lo:hi])
+                continue
+            gfree = np.full((gs.n, gs.G), WHOLE_GPU_MILLI, dtype=np.int64)
+            mine = (e_group == g) & (e_whole > 0)
+            if (np.bitwise_count(e_mask[mine]).astype(np.int64) != e_whole[mine]).any():
+                return None  # some job's GPUs are not known
+            bits = (e_mask[mine, None] >> np.arange(gs.G, dtype=np.uint64)) & np.uint64(1)
+            rows, cols = np.nonzero(bits)
+            gfree[e_node[mine][rows], cols] = 0
+            here = s_group == g
+            if (s_gpu[here] < 0).any():
+                return None  # some share's GPU is not known
+            np.subtract.at(gfree, (s_node[here], s_gpu[here]), s_milli[here])
+            # blocked whole GPUs: the lowest GPUs no job holds, as ``cycle_on`` assigns them
+            full = gfree == WHOLE_GPU_MILLI
+            gfree[full & (np.cumsum(full, axis=1) <= rest[0, lo:hi, None])] = 0
+            gs.set_gpus(gfree, free[1, lo:hi], free[2, lo:hi])
+        st.busy_milli = int(self.used[0].sum() + rest[0].sum()) * WHOLE_GPU_MILLI + int(s_milli.sum())
+        return st
 
     @property
     def all_up(self) -> bool:
@@ -101,32 +147,35 @@ def describe_cluster(snapshot: QueueSnapshot, spec: ClusterSpec) -> DescribedClu
     else:
         whole, cpu, mem = _estimated(layout, caps, flat_slot, offsets, gpus, milli)
         masks, shares = [0] * len(whole), [-1] * len(running)
+    n_run = len(running)
+    frac = (np.asarray(milli, dtype=np.int64) < WHOLE_GPU_MILLI) & (np.asarray(gpus, dtype=np.int64) > 0)
+    job_of = np.repeat(np.arange(n_run, dtype=np.int64), count)
+    whole_np = (
+        np.where(frac[job_of], 0, np.asarray(whole, dtype=np.int64)) if n_run else np.zeros(0, np.int64)
+    )
+    entry_group = group_of_slot[flat_slot]
     used = np.zeros((3, n_slots), dtype=np.int64)
-    out: list[RunningAt] = []
-    slots = flat_slot.tolist()
-    for k in range(len(running)):
-        lo, hi = int(offsets[k]), int(offsets[k + 1])
-        frac = milli[k] < WHOLE_GPU_MILLI and gpus[k] > 0
-        by_group: dict[int, list[int]] = {}
-        for e in range(lo, hi):
-            by_group.setdefault(int(group_of_slot[slots[e]]), []).append(e)
-        for g, entries in by_group.items():
-            base = int(layout.offsets[g])
-            ids = [_ids(masks[e]) for e in entries]
-            known = all(len(x) == whole[e] for x, e in zip(ids, entries, strict=True))
-            a = Alloc(
-                g,
-                [slots[e] - base for e in entries],
-                [0 if frac else whole[e] for e in entries],
-                [cpu[e] for e in entries],
-                [mem[e] for e in entries],
-                ids if known and any(ids) else None,
-                shares[k] if frac and entries[0] == lo else -1,
-                milli[k] if frac and entries[0] == lo else 0,
-            )
-            for e, w_, c_, m_ in zip(entries, a.whole, a.cpu, a.mem, strict=True):
-                used[:, slots[e]] += (w_, c_, m_)
-            out.append(RunningAt(a, float(running.start_s[k]), float(running.est_end_s[k])))
+    np.add.at(used[0], flat_slot, whole_np)
+    np.add.at(used[1], flat_slot, np.asarray(cpu, dtype=np.int64))
+    np.add.at(used[2], flat_slot, np.asarray(mem, dtype=np.int64))
+    first_group = entry_group[offsets[:-1]] if n_run else np.zeros(0, np.int64)
+    one_group = np.ones(n_run, dtype=bool)
+    np.logical_and.at(one_group, job_of, entry_group == first_group[job_of])
+    out = _allocations(
+        running,
+        layout,
+        flat_slot - layout.offsets[entry_group],
+        offsets,
+        entry_group,
+        one_group,
+        whole_np.tolist(),
+        cpu,
+        mem,
+        masks,
+        shares,
+        frac.tolist(),
+        milli,
+    )
     shares_used = _share_weight(out, n_slots, layout)
     free = np.stack([layout.free_gpus, layout.free_cpus_milli, layout.free_mem_mib])
     # a GPU holding shares is neither whole-free nor held whole: it is not counted as blocked
@@ -147,7 +196,88 @@ def describe_cluster(snapshot: QueueSnapshot, spec: ClusterSpec) -> DescribedClu
             blocked.append(Alloc(g, [i], [0], [0], [0], None, -1, WHOLE_GPU_MILLI - int(share[s])))
             w_ -= 1
         blocked.append(Alloc(g, [i], [w_], [c_], [m_]))
-    return DescribedCluster(out, blocked, layout, bool(exact))
+    node_of = flat_slot - layout.offsets[entry_group]
+    first = offsets[:-1][frac]
+    share_gpu = np.asarray(shares, dtype=np.int64)[frac] if n_run else np.zeros(0, np.int64)
+    return DescribedCluster(
+        out,
+        blocked,
+        layout,
+        bool(exact),
+        used,
+        rest,
+        (entry_group, node_of, whole_np, np.asarray(masks, dtype=np.uint64)),
+        (entry_group[first], node_of[first], share_gpu, np.asarray(milli, dtype=np.int64)[frac]),
+    )
+
+
+def _allocations(
+    running: RunningJobs,
+    layout: NodeLayout,
+    node: I64,
+    offsets: I64,
+    entry_group: I64,
+    one_group: npt.NDArray[np.bool_],
+    whole: list[int],
+    cpu: list[int],
+    mem: list[int],
+    masks: list[int],
+    shares: list[int],
+    frac: list[bool],
+    milli: list[int],
+) -> list[RunningAt]:
+    """One ``RunningAt`` per running job and node group it runs in (one, unless a job spans groups),
+    in job order; a job's physical GPUs only where every node's mask says as many as it holds."""
+    nodes, groups, off = node.tolist(), entry_group.tolist(), offsets.tolist()
+    starts, ends = list(running.start_s), list(running.est_end_s)
+    if len(nodes) == len(starts):  # every job on one node (pods): one pass, no per-job lists
+        return [
+            RunningAt(
+                Alloc(
+                    g,
+                    [i],
+                    [w],
+                    [c],
+                    [m],
+                    None if not mask or mask.bit_count() != w else [_ids(mask)],
+                    share if f else -1,
+                    ml if f else 0,
+                ),
+                t0,
+                t1,
+            )
+            for g, i, w, c, m, mask, share, f, ml, t0, t1 in zip(
+                groups, nodes, whole, cpu, mem, masks, shares, frac, milli, starts, ends, strict=True
+            )
+        ]
+    out: list[RunningAt] = []
+    for k, single in enumerate(one_group.tolist()):
+        lo, hi = off[k], off[k + 1]
+        parts = [(groups[lo], list(range(lo, hi)))]
+        if not single:
+            by_group: dict[int, list[int]] = {}
+            for e in range(lo, hi):
+                by_group.setdefault(groups[e], []).append(e)
+            parts = list(by_group.items())
+        for g, entries in parts:
+            ids: list[list[int]] | None = None
+            if any(masks[e] for e in entries):
+                ids = [_ids(masks[e]) for e in entries]
+                if any(len(x) != whole[e] for x, e in zip(ids, entries, strict=True)):
+                    ids = None
+            first = frac[k] and entries[0] == lo
+            a = Alloc(
+                g,
+                [nodes[e] for e in entries],
+                [whole[e] for e in entries],
+                [cpu[e] for e in entries],
+                [mem[e] for e in entries],
+                ids,
+                shares[k] if first else -1,
+                milli[k] if first else 0,
+            )
+            out.append(RunningAt(a, starts[k], ends[k]))
+    return out
 
 
 def _capacity(spec: ClusterSpec) -> I64:

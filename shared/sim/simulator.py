@@ -81,8 +81,10 @@ INF = math.inf
 class Resume:
     """A cluster that is already running, for ``Simulator.run(resume=...)``.
 
-    ``running``: job index -> (its allocation, its start time, its estimated end, exactly as the
-    cluster reported it); its true end is unknown (it ends in no event of the run).
+    ``running``: job id -> (its allocation, its start time, its estimated end, exactly as the
+    cluster reported it); its true end is unknown (it ends in no event of the run). An id may be a
+    row of the workload or any id past its last row: a reservation's plan reads only the
+    allocation and the estimated end, so a described cluster's running jobs need no rows.
     ``blocked``: resources held by nothing a reservation can plan to release (drained or down
     nodes, use the cluster reports but attributes to no job). The jobs of ``job_range`` must all
     have arrived by the time of the run's first event, which is when the one cycle runs.
@@ -90,6 +92,9 @@ class Resume:
 
     running: dict[int, tuple[Alloc, float, float]]
     blocked: tuple[Alloc, ...] = ()
+    #: the cluster with ``running`` and ``blocked`` already taken (built at once from a description,
+    #: ``shared.schemas.snapshot_cluster``), used as the run's state; None: taken one by one
+    state: ClusterState | None = None
 
 
 def runtime_estimates(
@@ -362,7 +367,9 @@ class Simulator:
         lo, hi = job_range or (0, n)
         if not 0 <= lo <= hi <= n:
             raise ValueError(f"job_range {job_range} outside 0..{n}")
-        st = ClusterState(w.spec, self.frac_groups)
+        st = (
+            ClusterState(w.spec, self.frac_groups) if resume is None or resume.state is None else resume.state
+        )
         cols = _columns(w)
         submit, runtime, gpus, milli = cols.submit, cols.runtime, cols.gpus, cols.milli
         cpu, mem, groups_of, shape = cols.cpu, cols.mem, cols.groups_of, cols.shape
@@ -485,21 +492,28 @@ class Simulator:
         since_bound: dict[int, list[Alloc]] = {}
 
         if resume is not None:
-            for held in resume.blocked:
+            taken = resume.state is not None  # a state described with these allocations taken
+            for held in resume.blocked if not taken else ():
                 st.take(held)
             for j_, (on_, t0_, e_) in resume.running.items():
                 # held until after the cycle (``end`` is unknown): released in no event of this run,
                 # planned by reservations at its estimated end like any running job
-                st.take(on_)
+                if not taken:
+                    st.take(on_)
                 allocs[j_] = on_
-                start[j_] = t0_
-                job_group[j_] = on_.group
-                nodes_used[j_] = len(on_.nodes)
-                heapq.heappush(heap, (INF, j_))
-                insort(run_sorted, (e_, j_))
-                insort(run_by_group.setdefault(on_.group, []), (e_, j_))
+                if j_ < n:  # a row of the workload (else an id past it: only the plan reads it)
+                    start[j_] = t0_
+                    job_group[j_] = on_.group
+                    nodes_used[j_] = len(on_.nodes)
+                    heap.append((INF, j_))
+                run_sorted.append((e_, j_))
+                run_by_group.setdefault(on_.group, []).append((e_, j_))
                 if profiles and st.groups[on_.group].gfree is None:
                     releases.add(j_, e_, on_)
+            run_sorted.sort()  # one sort, not an insort per job
+            for rg_ in run_by_group.values():
+                rg_.sort()
+            heapq.heapify(heap)
         self.final_allocs = allocs
 
         def start_job(j: int, a: Alloc, now: float) -> None:
