@@ -15,7 +15,9 @@ import typer
 from shared.cli.common import fail
 from shared.service import ServiceDefinition, run_service
 
-SERVICES = ("featurizer", "prioritizer", "placer", "adapter_sim", "adapter_slurm", "trainer")
+#: the long-running services (the simulated cluster is a one-shot replay: ``hylo run``, or
+#: ``python -m services.adapter_sim``)
+SERVICES = ("featurizer", "prioritizer", "placer", "adapter_slurm", "trainer")
 
 
 def load_definition(name: str) -> ServiceDefinition:

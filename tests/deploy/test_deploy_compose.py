@@ -19,11 +19,11 @@ HYLO = {
     "featurizer": ("services.featurizer", 8101),
     "prioritizer": ("services.prioritizer", 8102),
     "placer": ("services.placer", 8103),
-    "adapter_sim": ("services.adapter_sim", 8104),
     "adapter_slurm": ("services.adapter_slurm", 8105),
     "trainer": ("services.trainer", 8106),
 }
-ONE_SHOT = {"migrate"}
+#: jobs that run once and exit: no healthcheck, never restarted (the simulated cluster replays once)
+ONE_SHOT = {"migrate", "adapter_sim"}
 REPLICABLE = {"featurizer", "prioritizer", "placer"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
