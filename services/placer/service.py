@@ -1,36 +1,32 @@
-"""The placer service: each PriorityVector becomes a PlacementDecision; it also records decisions,
-jobs, outcomes, model versions and shadow models' priorities (``recorder-shadows``).
+"""The placer service: each PriorityVector becomes a PlacementDecision; its recorder (``recorder.py``)
+stores decisions, jobs, outcomes, model versions and shadow models' priorities.
 
 Order of effects for one vector: decode it (it names its matrix, which was decoded ahead as the
 featurizer published it, ``shared.bus.ahead``, or is read from the features stream), find its
 snapshot (``shared.bus.snapshots``: every snapshot reaches every placer replica as it is published
-and the newest is decoded while the featurizer and the prioritizer work; one not in memory is read
-from the snapshots stream), decide, publish the decision, store the jobs seen for the first time,
-ack. A vector whose snapshot is gone (superseded in the snapshots stream, which keeps the newest per
-cluster) is stale: it is acked without a decision and counted, as latest-wins skips stale snapshots.
-Storing the decision itself (one row per ranked job: 1,024 rows for a 1,024-job queue) is the
-``recorder-decisions`` route's work, a separate durable consumer on the placements stream: the next
-vector does not wait for the previous decision's rows. Every write is insert-or-ignore and every
-consumer acks after its write, so a crash anywhere redelivers and every decision, job and outcome
-lands exactly once, also across restarts (a republished decision has the same ``Nats-Msg-Id`` and is
-dropped by the stream's duplicate window).
+and the newest is decoded and described while the featurizer and the prioritizer work; one not in
+memory is read from the snapshots stream), decide (``stage.py``: one scheduling cycle of the
+simulator), publish the decision, ack. Deciding writes nothing to the database. A vector whose
+snapshot is gone (superseded in the snapshots stream, which keeps the newest per cluster) is stale:
+it is acked without a decision and counted, as latest-wins skips stale snapshots. A republished
+decision has the same ``Nats-Msg-Id`` and is dropped by the stream's duplicate window.
 
-Why the placer records: it is the one pipeline service that owns the database connection; the
-``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding and
-recording into separate processes (``decide`` and ``record`` replicas), so that writing a 1,024-row
-decision never holds the GIL of the process that is placing the next one.
+Why the recorder lives here: the placer is the pipeline service that owns the database connection;
+the ``recorder-*`` consumers are shared by all placer replicas. ``HYLO_PLACER_ROLE`` splits deciding
+and recording into separate processes (``decide`` and ``record`` replicas), so that writing a
+1,024-row decision never holds the GIL of the process that is placing the next one.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 from prometheus_client import Counter
 
 from services.niceness import lower_priority
+from services.placer.recorder import recorder_routes
 from services.placer.settings import PlacerServiceSettings
 from services.placer.stage import SERVICE_SETTINGS, PlacerStage
 from shared.bus.ahead import DecodeAhead, fetch_stored
@@ -39,45 +35,14 @@ from shared.bus.snapshots import SnapshotCache
 from shared.schemas.codec import RECEIVED, MissingReference
 from shared.schemas.messages import (
     FeatureMatrix,
-    JobOutcome,
-    ModelVersion,
-    PlacementDecision,
     PriorityVector,
-    ShadowPriorities,
 )
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
 from shared.service.offload import run_stage, snapshot_rows
-from shared.store.writes import (
-    record_decision,
-    record_model_version,
-    record_outcome,
-    record_pending,
-    record_shadow,
-)
 
 log = logging.getLogger("hylo.placer")
-
-
-class KnownJobs:
-    """Jobs this replica has stored (most recent ``capacity``), so a queue is not re-inserted per decision.
-
-    Forgetting is harmless (the insert is ignored); remembering is only done after a committed write.
-    """
-
-    def __init__(self, capacity: int = 500_000) -> None:
-        self.capacity = capacity
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-
-    def unknown(self, cluster: str, job_ids: list[str]) -> set[str]:
-        return {j for j in job_ids if (cluster, j) not in self._seen}
-
-    def add(self, cluster: str, job_ids: set[str]) -> None:
-        for j in job_ids:
-            self._seen[(cluster, j)] = None
-        while len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)
 
 
 async def build(ctx: ServiceContext) -> Wiring:
@@ -94,7 +59,6 @@ async def build(ctx: ServiceContext) -> Wiring:
     assert engine is not None, "the placer needs the database (needs_store=True)"
     latency = ctx.metrics.decision_seconds
 
-    known = KnownJobs()
     snapshots = SnapshotCache(
         ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, settings.snapshot_cache, prepare=stage.prepare
     )
@@ -126,14 +90,6 @@ async def build(ctx: ServiceContext) -> Wiring:
         decision = decision.model_copy(update={"latencies_ms": latencies})
         await ctx.publisher.publish(decision)
         latency.labels(ctx.name, decision.cluster).observe(sum(decision.latencies_ms.values()) / 1000.0)
-        # the jobs are stored after the decision is out (before the ack: a crash in between redelivers
-        # the vector, whose decision is then a duplicate the stream drops, and stores them)
-        new = known.unknown(vector.cluster, list(matrix.job_ids))
-        if new:
-            async with engine.begin() as conn:
-                rows = [i for i, j in enumerate(matrix.jobs.job_id) if j in new]
-                await record_pending(conn, vector.cluster, matrix.jobs.take(rows))
-            known.add(vector.cluster, new)
 
     async def fetch_matrix(missing: MissingReference) -> bool:
         """A vector's matrix not decoded yet: still waiting to be decoded ahead (the vector came
@@ -145,22 +101,6 @@ async def build(ctx: ServiceContext) -> Wiring:
             return True
         return await fetch_stored(ctx.js, ctx.subjects, FeatureMatrix, missing, limits)
 
-    async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_decision(conn, decision)
-
-    async def on_outcome(outcome: JobOutcome, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_outcome(conn, outcome)
-
-    async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_model_version(conn, version)
-
-    async def on_shadow(shadow: ShadowPriorities, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_shadow(conn, shadow)
-
     decide: list[Route[Any]] = [
         Route(
             kind="priorities",
@@ -171,12 +111,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             fetch_missing=fetch_matrix,
         ),
     ]
-    record: list[Route[Any]] = [
-        Route(kind="placements", model=PlacementDecision, durable="recorder-decisions", handle=on_decision),
-        Route(kind="outcomes", model=JobOutcome, durable="recorder-outcomes", handle=on_outcome),
-        Route(kind="models", model=ModelVersion, durable="recorder-models", handle=on_model),
-        Route(kind="shadows", model=ShadowPriorities, durable="recorder-shadows", handle=on_shadow),
-    ]
+    record = recorder_routes(engine, ctx.specs)
     role = settings.placer_role
     routes = (decide if role != "record" else []) + (record if role != "decide" else [])
     # every matrix is decoded as the featurizer publishes it, while the prioritizer works: its
@@ -198,5 +133,5 @@ DEFINITION = ServiceDefinition(
     default_port=8103,
     build=build,
     needs_store=True,
-    description="PriorityVector -> PlacementDecision (CP-SAT or best-fit); stores decisions and outcomes",
+    description="PriorityVector -> PlacementDecision (the simulator's cycle); records decisions and jobs",
 )

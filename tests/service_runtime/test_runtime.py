@@ -311,8 +311,27 @@ async def test_stop_finishes_the_message_in_flight(bus: Bus, start: Callable[...
     ("role", "durables"),
     [
         ("decide", {"placer"}),
-        ("record", {"recorder-decisions", "recorder-outcomes", "recorder-models", "recorder-shadows"}),
-        ("all", {"placer", "recorder-decisions", "recorder-outcomes", "recorder-models", "recorder-shadows"}),
+        (
+            "record",
+            {
+                "recorder-jobs",
+                "recorder-decisions",
+                "recorder-outcomes",
+                "recorder-models",
+                "recorder-shadows",
+            },
+        ),
+        (
+            "all",
+            {
+                "placer",
+                "recorder-jobs",
+                "recorder-decisions",
+                "recorder-outcomes",
+                "recorder-models",
+                "recorder-shadows",
+            },
+        ),
     ],
 )
 async def test_placer_roles_bind_their_routes_only(
