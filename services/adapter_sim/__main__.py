@@ -19,6 +19,7 @@ from services.adapter_sim.replay import compare_with_base, load_workload, replay
 from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.snapshot import SnapshotError
 from shared.bus import BusSettings
+from shared.sim.applied import RefusedStart
 
 
 def main() -> int:
@@ -29,6 +30,9 @@ def main() -> int:
         run = asyncio.run(replay(bus, settings, work))
     except (ValidationError, ValueError, AdapterError, SnapshotError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RefusedStart as err:  # a decision started a job where it does not fit: say which
+        print(f"error: the simulated cluster refused a decision: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -44,6 +44,7 @@ from shared.bus import BusSettings
 from shared.cli.common import console, fail, progress_bar
 from shared.domain.cluster import SpecError
 from shared.policies import POLICY_NAMES
+from shared.sim.applied import RefusedStart
 from shared.sim.evaluate import EMBEDDED, PreparedWorkload
 
 #: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle);
@@ -367,6 +368,8 @@ def _interruptible(stack: LocalStack) -> Iterator[None]:
         raise fail(str(err)) from None
     except (AdapterError, SnapshotError) as err:
         raise fail(str(err)) from None
+    except RefusedStart as err:  # the placer started a job where it does not fit: say which
+        raise fail(f"the simulated cluster refused a decision: {err}") from None
     finally:
         if stack.children:
             with console.status("stopping the pipeline"):
