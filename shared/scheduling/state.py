@@ -309,3 +309,38 @@ class ClusterState:
                 raise AssertionError(f"group {g.name}: a free-GPU bucket is not in ascending id order")
             if sum(len(b) for b in st.bucket) != st.n or st.free_whole != int(st.whole.sum()):
                 raise AssertionError(f"group {g.name}: free-GPU histogram out of sync")
+
+
+def fill_group(
+    gs: GroupState,
+    whole: npt.ArrayLike,
+    cpu: npt.ArrayLike,
+    mem: npt.ArrayLike,
+    share: npt.ArrayLike | None = None,
+) -> None:
+    """Overwrite a group's free resources (and its free-GPU buckets and share bookkeeping).
+
+    ``share`` is each node's largest free share on one GPU; it matters only in a group that tracks
+    shares (``gs.gfree``), where each node becomes ``whole`` full GPUs, then one GPU with ``share``
+    free when it is a partial share and a GPU is left, then used GPUs.
+    """
+    w = np.asarray(whole, dtype=np.int64)
+    gs.whole = w.copy()
+    gs.cpu = np.asarray(cpu, dtype=np.int64).copy()
+    gs.mem = np.asarray(mem, dtype=np.int64).copy()
+    order = np.argsort(w, kind="stable")  # ascending node ids within each free-GPU count
+    bounds = np.searchsorted(w[order], np.arange(gs.G + 2))
+    gs.bucket = [order[bounds[k] : bounds[k + 1]].tolist() for k in range(gs.G + 1)]
+    gs.free_whole = int(w.sum())
+    if gs.gfree is None:
+        return
+    n, g = gs.n, gs.G
+    gfree = np.where(np.arange(g)[None, :] < w[:, None], WHOLE_GPU_MILLI, 0).astype(np.int64)
+    s = np.zeros(n, dtype=np.int64) if share is None else np.asarray(share, dtype=np.int64)
+    part = np.flatnonzero((s > 0) & (s < WHOLE_GPU_MILLI) & (w < g))
+    gfree[part, w[part]] = s[part]
+    gs.gfree = gfree
+    gs.maxfrac = gfree.max(axis=1) if g else np.zeros(n, dtype=np.int64)
+    entries = [(int(s[i]), int(i), int(w[i])) for i in part.tolist()]
+    gs.partial = sorted(entries)
+    gs.node_partial = {i: [(v, i, k)] for v, i, k in entries}

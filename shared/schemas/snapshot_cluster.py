@@ -24,10 +24,9 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.scheduling.state import Alloc, ClusterState
+from shared.scheduling.state import Alloc, ClusterState, fill_group
 from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import QueueSnapshot, RunningJobs
-from shared.schemas.snapshot_state import fill_group
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
 from shared.sim.cycle_on import RunningAt
 

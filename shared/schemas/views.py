@@ -9,7 +9,7 @@ same arrays.
 
 Nodes: the spec's groups are the truth for capacities. Within a group, the reported nodes come first,
 in the order the snapshot lists them (node ``i`` of a group is the group's ``i``-th reported node;
-``shared.schemas.snapshot_state`` uses the same layout, so a placement's node indices map back to
+``shared.schemas.snapshot_cluster`` uses the same layout, so a placement's node indices map back to
 names). A snapshot may omit nodes of a group (not yet reported); those fill the group's last slots
 and count as having nothing free, as do drained and down nodes. A node of an unknown group, more
 nodes than the spec lists, or free resources above capacity are errors naming the node.

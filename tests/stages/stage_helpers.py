@@ -21,7 +21,7 @@ from shared.schemas import (
     RunningJob,
     RunningJobs,
 )
-from shared.schemas.snapshot_state import snapshot_state
+from tests.stages.snapshot_state import snapshot_state
 
 
 def two_group_spec(cpu_only: str = "exclude", partitions_a: Sequence[str] = ()) -> ClusterSpec:

@@ -14,11 +14,11 @@ from shared.placement import PlacerSettings
 from shared.scheduling.binding import bind_jobs
 from shared.schemas import PendingJobs, PlacementDecision, QueueSnapshot, decode, encode
 from shared.schemas.snapshot_cluster import describe_cluster
-from shared.schemas.snapshot_state import snapshot_state
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import bind_pending
 from shared.workload import generate_for_cluster
 from tests.stages.simsnap import SimCluster, fill_cluster, snapshot_of
+from tests.stages.snapshot_state import snapshot_state
 from tests.stages.stage_helpers import check_allocations, node, pend, run, snap, two_group_spec, vector
 
 SPEC = two_group_spec()

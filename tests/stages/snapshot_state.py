@@ -1,8 +1,9 @@
-"""QueueSnapshot + cluster spec -> the simulator's ClusterState, so the placer can run on a snapshot.
+"""QueueSnapshot + cluster spec -> a conservative ClusterState: the tests' independent reading of a snapshot.
 
-Why the simulator's state: best-fit (``shared.scheduling.placement``) and the CP-SAT batch placer
-(``shared.placement``) both place on a ``ClusterState``; building one from a snapshot lets the placer
-service run exactly the placement code the simulator (and training) runs.
+The placer reads snapshots with ``shared.schemas.snapshot_cluster`` (the simulator's own state, exact
+when the adapter reports allocations). This older reading, which the placer used before, stays
+here as a checker that shares none of that code: it rebuilds the free resources from the nodes'
+reports alone.
 
 Layout: as ``shared.schemas.views`` (``node_layout``): node ``i`` of group ``g`` is the group's
 ``i``-th node in snapshot order; slots no reported node fills, and drained or down nodes, have
@@ -33,12 +34,12 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.scheduling.state import Alloc, ClusterState, GroupState
+from shared.scheduling.state import Alloc, ClusterState, fill_group
 from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
 
-__all__ = ["RunningEntries", "SnapshotState", "fill_group", "snapshot_state"]
+__all__ = ["RunningEntries", "SnapshotState", "snapshot_state"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,41 +107,6 @@ class SnapshotState:
     def locate(self, name: str) -> tuple[int, int]:
         """(group, index) of a reported node."""
         return self.layout.index[name]
-
-
-def fill_group(
-    gs: GroupState,
-    whole: npt.ArrayLike,
-    cpu: npt.ArrayLike,
-    mem: npt.ArrayLike,
-    share: npt.ArrayLike | None = None,
-) -> None:
-    """Overwrite a group's free resources (and its free-GPU buckets and share bookkeeping).
-
-    ``share`` is each node's largest free share on one GPU; it matters only in a group that tracks
-    shares (``gs.gfree``), where each node becomes ``whole`` full GPUs, then one GPU with ``share``
-    free when it is a partial share and a GPU is left, then used GPUs.
-    """
-    w = np.asarray(whole, dtype=np.int64)
-    gs.whole = w.copy()
-    gs.cpu = np.asarray(cpu, dtype=np.int64).copy()
-    gs.mem = np.asarray(mem, dtype=np.int64).copy()
-    order = np.argsort(w, kind="stable")  # ascending node ids within each free-GPU count
-    bounds = np.searchsorted(w[order], np.arange(gs.G + 2))
-    gs.bucket = [order[bounds[k] : bounds[k + 1]].tolist() for k in range(gs.G + 1)]
-    gs.free_whole = int(w.sum())
-    if gs.gfree is None:
-        return
-    n, g = gs.n, gs.G
-    gfree = np.where(np.arange(g)[None, :] < w[:, None], WHOLE_GPU_MILLI, 0).astype(np.int64)
-    s = np.zeros(n, dtype=np.int64) if share is None else np.asarray(share, dtype=np.int64)
-    part = np.flatnonzero((s > 0) & (s < WHOLE_GPU_MILLI) & (w < g))
-    gfree[part, w[part]] = s[part]
-    gs.gfree = gfree
-    gs.maxfrac = gfree.max(axis=1) if g else np.zeros(n, dtype=np.int64)
-    entries = [(int(s[i]), int(i), int(w[i])) for i in part.tolist()]
-    gs.partial = sorted(entries)
-    gs.node_partial = {i: [(v, i, k)] for v, i, k in entries}
 
 
 def _running_entries(snapshot: QueueSnapshot, layout: NodeLayout) -> RunningEntries:
