@@ -11,12 +11,12 @@
 """
 
 from shared.model.checkpoint import (
+    CardFeatures,
     CheckpointCardError,
     CheckpointError,
     CheckpointIntegrityError,
     CheckpointMissingError,
     ConfigMismatchError,
-    FeatureSchema,
     ModelCard,
     SchemaMismatchError,
     TrainingInfo,
@@ -39,12 +39,12 @@ from shared.model.priorities import order_to_priorities, pad_queues, scores_to_p
 
 __all__ = [
     "ActorCritic",
+    "CardFeatures",
     "CheckpointCardError",
     "CheckpointError",
     "CheckpointIntegrityError",
     "CheckpointMissingError",
     "ConfigMismatchError",
-    "FeatureSchema",
     "ModelCard",
     "ModelConfig",
     "PlackettLuce",

@@ -32,8 +32,11 @@ WEIGHTS_FILE = "weights.pt"
 FORMAT_VERSION = 1
 
 
-class FeatureSchema(BaseModel):
-    """The features the model was trained on, in input order, and the featurizer's hash of them."""
+class CardFeatures(BaseModel):
+    """The features the model was trained on, in input order, and the featurizer's hash of them.
+
+    (The card's record of ``shared.features.FeatureSchema``, the running code's schema: two names,
+    so that neither is mistaken for the other.)"""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,7 +68,7 @@ class ModelCard(BaseModel):
 
     format_version: int = FORMAT_VERSION
     model: ModelConfig
-    features: FeatureSchema
+    features: CardFeatures
     training: TrainingInfo
     weights_sha256: str = ""
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

@@ -18,13 +18,13 @@ from pydantic import JsonValue
 from shared.features import FeatureSampler, FeatureSchema, FeatureSchemaMismatch, SamplingConfig
 from shared.model import (
     ActorCritic,
+    CardFeatures,
     ModelCard,
     SchemaMismatchError,
     TrainingInfo,
     load_checkpoint,
     read_card,
 )
-from shared.model import FeatureSchema as CardFeatures
 from shared.rl.episodes import EpisodeRunner, EpisodeSettings
 from shared.rl.reward import RewardSpec
 from shared.sim.config import SimConfig

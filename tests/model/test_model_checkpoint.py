@@ -13,12 +13,12 @@ from pydantic import ValidationError
 
 from shared.model import (
     ActorCritic,
+    CardFeatures,
     CheckpointCardError,
     CheckpointError,
     CheckpointIntegrityError,
     CheckpointMissingError,
     ConfigMismatchError,
-    FeatureSchema,
     ModelCard,
     ModelConfig,
     SchemaMismatchError,
@@ -29,7 +29,7 @@ from shared.model import (
 )
 
 CFG = ModelConfig(obs_features=3, critic_features=2, max_queue=8, actor_hidden=(8, 4), critic_hidden=(8,))
-FEATURES = FeatureSchema(obs=("gpus", "wait", "size"), critic=("free_ratio", "cff"), schema_hash="abc123")
+FEATURES = CardFeatures(obs=("gpus", "wait", "size"), critic=("free_ratio", "cff"), schema_hash="abc123")
 TRAINING = TrainingInfo(
     trace="philly",
     cluster="philly",

@@ -19,8 +19,7 @@ from services.prioritizer.models import ModelHolder, ModelLoadError, checkpoint_
 from services.prioritizer.stage import PrioritizerStage
 from shared.domain.cluster import load_cluster_spec
 from shared.features import FeatureSampler, FeatureSchema, SamplingConfig
-from shared.model import ActorCritic, ModelCard, ModelConfig, TrainingInfo, save_checkpoint
-from shared.model import FeatureSchema as CardFeatures
+from shared.model import ActorCritic, CardFeatures, ModelCard, ModelConfig, TrainingInfo, save_checkpoint
 from shared.model.checkpoint import WEIGHTS_FILE, file_sha256
 from shared.policies import PolicyContext, make_policy
 from shared.rl.policy import LearnedPolicy
