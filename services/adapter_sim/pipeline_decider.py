@@ -40,7 +40,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
 from shared.policies.base import Policy
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.placement import alloc_fits
-from shared.scheduling.state import Alloc, ClusterState
+from shared.scheduling.state import Alloc, ClusterState, gpu_ids_of
 from shared.schemas import JobOutcome, PlacementDecision, QueueSnapshot, new_correlation_id
 from shared.schemas.messages import JobPlacement
 from shared.sim.applied import ClusterView, SimulatorDecider
@@ -280,7 +280,7 @@ class PipelineDecider:
         ids: list[list[int]] = []
         for i, w, mask in zip(nodes, whole, masks, strict=True):
             if mask:
-                ids.append([k for k in range(mask.bit_length()) if mask >> k & 1])
+                ids.append(gpu_ids_of(mask))
                 continue
             taken = gpus_taken.setdefault((g, i), [])
             free = [k for k, v in enumerate(gs.gfree[i].tolist()) if v == WHOLE_GPU_MILLI and k not in taken]

@@ -27,6 +27,7 @@ from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.state import Alloc, ClusterState
 from shared.schemas import NodeStates, PendingJob, PendingJobs, QueueSnapshot, RunningJob, RunningJobs
 from shared.schemas.snapshot import NODE_COLUMNS, WHOLE
+from shared.schemas.snapshot_cluster import allocation_fields
 
 #: pending jobs per snapshot unless configured otherwise (oldest first; see ``SnapshotBuilder``)
 DEFAULT_MAX_PENDING = 1024
@@ -122,11 +123,7 @@ class SnapshotBuilder:
             gpu_milli=milli,
             start_s=now,
             est_end_s=now + float(self.est[j]),
-            node_gpus=tuple(int(w) for w in alloc.whole),
-            node_cpus_milli=tuple(int(c) for c in alloc.cpu),
-            node_mem_mib=tuple(int(m) for m in alloc.mem),
-            node_gpu_mask=alloc.gpu_masks(),
-            share_gpu=int(alloc.frac_gpu) if milli < WHOLE else -1,
+            **allocation_fields(alloc),
         )
 
     def ended(self, j: int) -> None:

@@ -23,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -80,7 +80,6 @@ class Decided:
     spread: dict[int, bool]
     reservations: list[Reservation]
     status: str | None
-    stats: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -348,7 +347,7 @@ class PlacerStage:
         allocs = {ranked[k]: a for k, a in out.starts.items()}
         spread = {row: _spread(spec, gpus[row], milli[row], a) for row, a in allocs.items()}
         reservations = [Reservation(ranked[k], when) for k, when in sorted(out.reserved.items())]
-        return Decided(allocs, spread, reservations, out.status, out.stats)
+        return Decided(allocs, spread, reservations, out.status)
 
 
 def _spread(spec: ClusterSpec, gpus: int, milli: int, a: Alloc) -> bool:

@@ -54,6 +54,12 @@ class Alloc:
         return tuple(sum(1 << int(g) for g in ids) for ids in self.gpu_ids)
 
 
+def gpu_ids_of(mask: int) -> list[int]:
+    """The physical GPUs a ``node_gpu_mask`` entry names (bit k = GPU k), lowest first: the inverse
+    of ``Alloc.gpu_masks`` for one node."""
+    return [k for k in range(mask.bit_length()) if mask >> k & 1]
+
+
 def top_from_hist(hist: list[int], m: int) -> int:
     """Free whole GPUs on the ``m`` fullest-free nodes, given ``hist[k]`` = nodes with k GPUs free."""
     total = 0

@@ -18,13 +18,14 @@ reservation's plan.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.scheduling.state import Alloc, ClusterState, fill_group
+from shared.scheduling.state import Alloc, ClusterState, fill_group, gpu_ids_of
 from shared.schemas.numbers import column_array
 from shared.schemas.snapshot import QueueSnapshot, RunningJobs
 from shared.schemas.views import NodeLayout, node_layout, running_node_index
@@ -104,20 +105,16 @@ class DescribedCluster:
         return out  # type: ignore[return-value]
 
 
-def allocation_fields(alloc: Alloc) -> dict[str, tuple[int, ...] | int]:
+def allocation_fields(alloc: Alloc) -> dict[str, Any]:
     """A running job's exact allocation as ``RunningJob`` fields (schema version 6): what a cluster
     adapter that knows it (the simulated cluster) reports, and ``describe_cluster`` reads back."""
-    return {
-        "node_gpus": tuple(alloc.whole),
-        "node_cpus_milli": tuple(alloc.cpu),
-        "node_mem_mib": tuple(alloc.mem),
+    return {  # plain ints: the messages are strict, and placers may hold numpy integers
+        "node_gpus": tuple(int(w) for w in alloc.whole),
+        "node_cpus_milli": tuple(int(c) for c in alloc.cpu),
+        "node_mem_mib": tuple(int(m) for m in alloc.mem),
         "node_gpu_mask": alloc.gpu_masks(),
-        "share_gpu": alloc.frac_gpu if alloc.milli else -1,
+        "share_gpu": int(alloc.frac_gpu) if alloc.milli else -1,
     }
-
-
-def _ids(mask: int) -> list[int]:
-    return [k for k in range(mask.bit_length()) if mask >> k & 1]
 
 
 def describe_cluster(snapshot: QueueSnapshot, spec: ClusterSpec) -> DescribedCluster:
@@ -238,7 +235,7 @@ def _allocations(
                     [w],
                     [c],
                     [m],
-                    None if not mask or mask.bit_count() != w else [_ids(mask)],
+                    None if not mask or mask.bit_count() != w else [gpu_ids_of(mask)],
                     share if f else -1,
                     ml if f else 0,
                 ),
@@ -261,7 +258,7 @@ def _allocations(
         for g, entries in parts:
             ids: list[list[int]] | None = None
             if any(masks[e] for e in entries):
-                ids = [_ids(masks[e]) for e in entries]
+                ids = [gpu_ids_of(masks[e]) for e in entries]
                 if any(len(x) != whole[e] for x, e in zip(ids, entries, strict=True)):
                     ids = None
             first = frac[k] and entries[0] == lo
