@@ -19,7 +19,6 @@ LIMIT = 150
 #: "path::Qualified.name" -> its length in lines today (it may only shrink)
 KNOWN_LONG: dict[str, int] = {
     "shared/sim/simulator.py::Simulator.run": 1322,
-    "shared/sim/compiled/kernels.py::simulate": 684,
     "shared/sim/simulator.py::Simulator.run.cycle": 201,
     "shared/sim/simulator.py::Simulator.run.class_heads_cycle": 164,
 }

@@ -1,5 +1,5 @@
 # mypy: disable-error-code="misc,no-untyped-def,no-untyped-call,no-any-return"
-"""The simulator's event loop compiled with numba, over flat numpy arrays.
+"""The simulator's event loop compiled with numba, over named records of numpy arrays.
 
 Why: the Python simulator spends its time in interpreter overhead spread over a dozen small
 functions (about 80 us per scheduling cycle on Philly); the same loop compiled runs the whole
@@ -8,20 +8,32 @@ starts, nodes, reservations and timeline; ``bench/sim_equivalence.py`` and
 ``tests/sim/test_compiled.py`` compare the two), including the points where the Python code
 advances the multifactor policy's decayed usage, whose floating-point value depends on them.
 
-Layout (built by ``shared.sim.compiled.run``):
-- jobs: ``jf`` float64 columns (submit, runtime, estimate, policy columns), ``ji`` int64 columns
-  (GPUs, milli-GPUs, CPUs, memory, shape, class of eligible groups, order class, user);
-- node groups: ``gbase``/``gn``/``gG`` (first node, nodes, GPUs per node), nodes numbered
-  globally; the eligible groups of a class as CSR (``cg_ptr``, ``cg_idx``, in the binding's order,
-  which decides ties between groups);
-- state: free whole GPUs / milli-CPUs / MiB per node, a free-GPU histogram per group, and in
-  groups that track GPU shares (``track``) the free milli-GPUs of every physical GPU.
+The data: the named records of ``records`` (``run`` builds the run's inputs and outputs,
+``_new_core`` allocates the loop's own state), held by one ``Core``, which every function of
+the loop takes. ``Core`` is a numba structref, passed as one pointer: a tuple of the ~120 arrays
+would have its every array's reference count raised and lowered at every call (measured: the
+loop ran 5x slower). For the same reason a function reads the arrays it uses once, at its top
+(``dead = core.visit.dead``), rather than taking a whole record it reads little of.
+
+The functions, top down:
+
+- ``simulate``: the event loop. At each event time: ``_complete`` (completions), ``_arrive``
+  (arrivals), then the shortcuts that decide whether a cycle runs (``_lone_arrival``,
+  ``_arrival_fits``) and ``_cycle``;
+- ``_cycle``: one scheduling cycle: ``_precheck`` (shapes whose GPUs fit nowhere), ``_keys``
+  (the multifactor usage, or asking an external policy), ``_list_heads`` (the visit order),
+  ``_visit`` (heads in (key, job) order: ``_next_head``, ``_try_head``, ``_try_reserve``) and
+  ``_end_cycle`` (the cycle's reservations and retirements end, static heads move);
+- ``_start`` / ``_take``: a job's allocation recorded, taken and given back;
+- ``_reserve``: EASY's replay (``_replay``) and the plan's caps (``_repin``);
+- the placer (``_place``, ``_gang``, ``_fractional``, ``_place_cpu_only``), small heaps
+  (``records.Entries``), the policies' keys (``_key``, ``_advance``, ``_fairshare``).
 
 ``shared.sim.compiled.run.unsupported`` says which runs go to the Python simulator instead.
 
 The baseline policies' keys are computed here; a policy that orders the queue in Python (a
 learned one, ``Policy.external_compiled``) is asked for them at each cycle through a callback in
-object mode (``simulate``, ``run.run_external``).
+object mode (``_keys``, ``run.run_external``).
 """
 
 from __future__ import annotations
@@ -32,23 +44,50 @@ from collections.abc import Callable
 
 import numpy as np
 from numba import njit, objmode
+from numba.core import types
+from numba.experimental import structref
 
 from shared.pairwise_sum import pairwise
 from shared.scheduling.running import running_insert, running_remove
+from shared.sim.compiled.records import (
+    CORE_FIELDS,
+    CYCLE,
+    M_EASY,
+    M_GREEDY,
+    M_NONE,
+    P_EXTERNAL,
+    P_MULTIFACTOR,
+    P_STATIC,
+    P_UNICEP,
+    P_WFP3,
+    Buffers,
+    Caps,
+    Entries,
+    Free,
+    Queue,
+    Visit,
+)
 
 INF = math.inf
 BIG = 1 << 60
+#: what the visit does after ``_try_head``: go on, try a reservation for the job, end the cycle
+GO_ON, RESERVE, STOP = range(3)
 
-# job float columns
-# (F_EXT: the key an external policy gave the job in the current cycle)
-F_SUBMIT, F_RUNTIME, F_EST, F_KEY, F_EST1, F_WIDTH, F_DENOM, F_MFSTATIC, F_DEMAND, F_EXT = range(10)
-# job int columns
-I_GPUS, I_MILLI, I_CPU, I_MEM, I_SHAPE, I_GCLASS, I_BUCKET, I_USER = range(8)
-# policy kinds
-# (P_EXTERNAL: keys from Python at every cycle, the loop calling back to ask for them)
-P_STATIC, P_WFP3, P_UNICEP, P_MULTIFACTOR, P_EXTERNAL = range(5)
-# backfill modes
-M_EASY, M_GREEDY, M_NONE = range(3)
+
+@structref.register
+class _CoreType(types.StructRef):
+    """numba's type of ``Core``."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class Core(structref.StructRefProxy):
+    """Everything one run of the loop reads and keeps (the fields: ``records.CORE_FIELDS``),
+    as a numba structref: compiled functions receive it as one pointer."""
+
+
+structref.define_proxy(Core, _CoreType, list(CORE_FIELDS))
 
 
 @njit(cache=True)
@@ -67,6 +106,7 @@ def _top_from_hist(hist, g, m):
 
 @njit(cache=True)
 def _max_whole(hist, g, G):
+    """The most free whole GPUs of one node of group g (0: none free)."""
     for k in range(G, 0, -1):
         if hist[g, k]:
             return k
@@ -75,6 +115,7 @@ def _max_whole(hist, g, G):
 
 @njit(cache=True)
 def _nodes_needed(gpus, G):
+    """The fewest nodes of G GPUs that hold ``gpus`` (``binding.nodes_needed``)."""
     if gpus <= 0:
         return 1
     if G > 0:
@@ -83,99 +124,105 @@ def _nodes_needed(gpus, G):
 
 
 # ----------------------------------------------------------------------------------------------
-# placement (``shared.scheduling.placement``: first-fit and best-fit over whole GPUs and CPU-only jobs)
-
-
-# ----------------------------------------------------------------------------------------------
-# cluster state: S = (W, C, M, hist, freew, GF, MF) -- free whole GPUs, milli-CPUs and MiB per
-# node, the free-GPU histogram and free whole GPUs per group, free milli-GPUs per physical GPU
-# and the largest of them per node (the last two only in groups that track shares)
-# geo = (gbase, gn, gG, track); caps = (capw, capc, capm, capblk) of this cycle's reservations
+# cluster state (``records.Free``: the live state ``core.free``, or ``core.scratch`` in a
+# reservation's replay) and placement (``shared.scheduling.placement``: first-fit and best-fit
+# over whole GPUs, gangs, GPU shares and CPU-only jobs). ``core.caps`` holds this cycle's
+# reservations; ``applies[g]`` says whether group g's caps apply to the job being placed.
 
 
 @njit(cache=True)
-def _free_mask(GF, i, G, w):
+def _free_mask(gpu_milli, i, G, w):
     """The first ``w`` fully free physical GPUs of node i, as a bit mask (``Placer._gpu_ids``)."""
     mask = 0
     for b in range(G):
         if w == 0:
             break
-        if GF[i, b] == 1000:
+        if gpu_milli[i, b] == 1000:
             mask |= 1 << b
             w -= 1
     return mask
 
 
 @njit(cache=True)
-def _refresh(g, i, G, S):
+def _refresh(g, i, G, free):
     """Node i's free whole GPUs and largest free share from its per-GPU row (``_refresh_node``)."""
-    W, hist, freew, GF, MF = S[0], S[3], S[4], S[5], S[6]
+    gpu_milli, whole, hist = free.gpu_milli, free.whole, free.hist
     count = 0
     top = 0
     for b in range(G):
-        v = GF[i, b]
+        v = gpu_milli[i, b]
         if v == 1000:
             count += 1
         if v > top:
             top = v
-    old = W[i]
+    old = whole[i]
     if old != count:
         hist[g, old] -= 1
         hist[g, count] += 1
-        freew[g] += count - old
-        W[i] = count
-    MF[i] = top if G else 0
+        free.group_whole[g] += count - old
+        whole[i] = count
+    free.top_share[i] = top if G else 0
 
 
 @njit(cache=True)
-def _take(g, cnt, nodes, ws, cs, ms, masks, frac, milli, geo, S, sign):
-    """Take (sign -1) or give back (sign +1) an allocation's resources (``GroupState.take``/``give``)."""
-    W, C, M, hist, freew, GF = S[0], S[1], S[2], S[3], S[4], S[5]
-    G = geo[2][g]
-    tracked = geo[3][g]
-    for z in range(cnt):
+def _take(core, free, j, sign):
+    """Take (sign -1) or give back (sign +1) on ``free`` job j's allocation as recorded in
+    ``core.allocs`` and ``core.out`` (``GroupState.take``/``give``)."""
+    out = core.out
+    g, cnt, frac = out.group[j], out.nodes_used[j], out.shared_gpu[j]
+    a = core.allocs
+    p0 = a.ptr[j]
+    nodes, ws, cs, ms, masks = a.node, a.whole, a.cpus, a.mem, a.mask
+    milli = core.jobs[j].milli
+    G = core.cluster.gpus[g]
+    tracked = core.cluster.track[g]
+    whole, cpus, mem, hist, gpu_milli = free.whole, free.cpus, free.mem, free.hist, free.gpu_milli
+    for z in range(p0, p0 + cnt):
         i = nodes[z]
-        C[i] += sign * cs[z]
-        M[i] += sign * ms[z]
+        cpus[i] += sign * cs[z]
+        mem[i] += sign * ms[z]
         if not tracked:
             w = ws[z]
             if w:
-                old = W[i]
+                old = whole[i]
                 new = old + sign * w
                 hist[g, old] -= 1
                 hist[g, new] += 1
-                W[i] = new
-                freew[g] += sign * w
+                whole[i] = new
+                free.group_whole[g] += sign * w
             continue
         mask = masks[z]
         if mask:
             for b in range(G):
                 if (mask >> b) & 1:
-                    GF[i, b] = 0 if sign < 0 else 1000
+                    gpu_milli[i, b] = 0 if sign < 0 else 1000
         if frac >= 0:
-            GF[i, frac] += sign * milli
-        _refresh(g, i, G, S)
+            gpu_milli[i, frac] += sign * milli
+        _refresh(g, i, G, free)
 
 
 @njit(cache=True)
-def _gang(g, gpus, c, mm, capped, best, slack, geo, S, caps, buf):
-    """``Placer._gang`` in group g into ``buf``'s t-arrays; returns the node count (0: no fit)."""
-    gbase, gn, gG, track = geo
-    W, C, M, hist, GF = S[0], S[1], S[2], S[3], S[5]
-    capw, capc, capm = caps[0], caps[1], caps[2]
-    usable, chosen, tn, tw, tc, tm, tmask = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6]
-    G = gG[g]
-    n = gn[g]
-    base = gbase[g]
+def _gang(core, job, g, capped, free):
+    """``Placer._gang`` of ``job`` in group g into the gang arrays of ``core.buf``; returns the
+    node count (0: no fit)."""
+    gpus, c, mm = job.gpus, job.cpus, job.mem
+    best, slack = core.cfg.best_fit, core.cfg.slack
+    usable, chosen, tn, tw = core.buf.usable, core.buf.order, core.buf.gang_node, core.buf.gang_whole
+    gang_cpus, gang_mem, gang_mask = core.buf.gang_cpus, core.buf.gang_mem, core.buf.gang_mask
+    capw, capc, capm = core.caps.whole, core.caps.cpus, core.caps.mem
+    whole, cpus, mem = free.whole, free.cpus, free.mem
+    G = core.cluster.gpus[g]
+    n = core.cluster.nodes[g]
+    base = core.cluster.base[g]
     need = -(-gpus // G) if G > 0 else n + 1
     max_nodes = min(need + slack, n)
-    if need > max_nodes or _top_from_hist(hist, g, max_nodes) < gpus:
+    if need > max_nodes or _top_from_hist(free.hist, g, max_nodes) < gpus:
         return 0
     for t in range(n):
         i = base + t
-        w = W[i]
-        cc = C[i]
-        mv = M[i]
+        w = whole[i]
+        cc = cpus[i]
+        mv = mem[i]
         if capped:
             w = min(w, capw[i])
             cc = min(cc, capc[i])
@@ -245,68 +292,70 @@ def _gang(g, gpus, c, mm, capped, best, slack, geo, S, caps, buf):
             rem -= u
         if rem or cnt > max_nodes:
             return 0
+    tracked = core.cluster.track[g]
     for z in range(cnt):
         i = tn[z] + base
         tn[z] = i
-        tc[z] = -(-c * tw[z] // gpus)
-        tm[z] = -(-mm * tw[z] // gpus)
-        tmask[z] = _free_mask(GF, i, G, tw[z]) if track[g] else 0
+        gang_cpus[z] = -(-c * tw[z] // gpus)
+        gang_mem[z] = -(-mm * tw[z] // gpus)
+        gang_mask[z] = _free_mask(free.gpu_milli, i, G, tw[z]) if tracked else 0
     return cnt
 
 
 @njit(cache=True)
 def _set_out(buf, z, i, w, c, mm, mask):
-    buf[7][z] = i
-    buf[8][z] = w
-    buf[9][z] = c
-    buf[10][z] = mm
-    buf[11][z] = mask
+    """Entry z of the placement: node i, w whole GPUs, c milli-CPUs, mm MiB, the GPU mask."""
+    buf.node[z] = i
+    buf.whole[z] = w
+    buf.cpus[z] = c
+    buf.mem[z] = mm
+    buf.mask[z] = mask
 
 
 @njit(cache=True)
-def _fractional(milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, geo, S, caps, buf):
-    """``Placer._fractional``: a share of one physical GPU; (group, 1) with the node in ``buf``
-    and the GPU in ``buf[12][0]``, or (-1, 0)."""
-    gbase, gn, gG = geo[0], geo[1], geo[2]
-    W, C, M, GF, MF = S[0], S[1], S[2], S[5], S[6]
-    capc, capm, capblk = caps[1], caps[2], caps[3]
+def _fractional(core, job, applies, free):
+    """``Placer._fractional``: a share of one physical GPU for ``job``; (group, 1) with the node
+    in ``core.buf`` and the GPU in ``buf.shared[0]``, or (-1, 0)."""
+    milli, c, mm, cls = job.milli, job.cpus, job.mem, job.gclass
+    cl, buf, caps = core.cluster, core.buf, core.caps
+    C, M, GF = free.cpus, free.mem, free.gpu_milli
     bg = -1
     bestv = 0
     bi = -1
     bgpu = -1
-    if not best:
-        for q in range(cg_ptr[cls], cg_ptr[cls + 1]):
-            g = cg_idx[q]
-            cap = capflag[g]
-            for t in range(gn[g]):
-                i = gbase[g] + t
+    if not core.cfg.best_fit:
+        for q in range(cl.class_ptr[cls], cl.class_ptr[cls + 1]):
+            g = cl.class_groups[q]
+            cap = applies[g]
+            for t in range(cl.nodes[g]):
+                i = cl.base[g] + t
                 cc = C[i]
                 mv = M[i]
                 if cap:
-                    if capblk[i]:
+                    if caps.blocked[i]:
                         continue
-                    cc = min(cc, capc[i])
-                    mv = min(mv, capm[i])
-                if MF[i] >= milli and cc >= c and mv >= mm:
-                    for b in range(gG[g]):
+                    cc = min(cc, caps.cpus[i])
+                    mv = min(mv, caps.mem[i])
+                if free.top_share[i] >= milli and cc >= c and mv >= mm:
+                    for b in range(cl.gpus[g]):
                         if GF[i, b] >= milli:
                             _set_out(buf, 0, i, 0, c, mm, 0)
-                            buf[12][0] = b
+                            buf.shared[0] = b
                             return g, 1
         return -1, 0
     n_later = 0
-    later = buf[13]
-    for q in range(cg_ptr[cls], cg_ptr[cls + 1]):
-        g = cg_idx[q]
-        cap = capflag[g]
-        G = gG[g]
+    later = buf.later
+    for q in range(cl.class_ptr[cls], cl.class_ptr[cls + 1]):
+        g = cl.class_groups[q]
+        cap = applies[g]
+        G = cl.gpus[g]
         # the partly used GPU with the least free that holds the share (lowest node, GPU on ties)
         hv = 1 << 60
         hi_ = -1
         hg = -1
-        for t in range(gn[g]):
-            i = gbase[g] + t
-            if C[i] < c or M[i] < mm or (cap and capblk[i]):
+        for t in range(cl.nodes[g]):
+            i = cl.base[g] + t
+            if C[i] < c or M[i] < mm or (cap and caps.blocked[i]):
                 continue
             for b in range(G):
                 v = GF[i, b]
@@ -325,16 +374,16 @@ def _fractional(milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, geo, S, caps, 
             bgpu = hg
     if n_later and (bg < 0 or bestv >= 1000 - milli):
         for z in range(n_later):
-            g = cg_idx[later[z]]
-            cap = capflag[g]
+            g = cl.class_groups[later[z]]
+            cap = applies[g]
             first = -1
-            for t in range(gn[g]):
-                i = gbase[g] + t
-                if W[i] >= 1 and C[i] >= c and M[i] >= mm and not (cap and capblk[i]):
+            for t in range(cl.nodes[g]):
+                i = cl.base[g] + t
+                if free.whole[i] >= 1 and C[i] >= c and M[i] >= mm and not (cap and caps.blocked[i]):
                     first = i
                     break
             if first >= 0 and (bg < 0 or 1000 - milli < bestv):
-                for b in range(gG[g]):
+                for b in range(cl.gpus[g]):
                     if GF[first, b] == 1000:
                         bg = g
                         bestv = 1000 - milli
@@ -344,72 +393,98 @@ def _fractional(milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, geo, S, caps, 
     if bg < 0:
         return -1, 0
     _set_out(buf, 0, bi, 0, c, mm, 0)
-    buf[12][0] = bgpu
+    buf.shared[0] = bgpu
     return bg, 1
 
 
 @njit(cache=True)
-def _place(gpus, milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, slack, geo, S, caps, buf):
-    """``Placer.place``: the group of the allocation written to ``buf``'s out arrays (nodes,
-    whole GPUs, CPUs, memory, GPU masks; the shared GPU in ``buf[12][0]``, -1 if none) and its
-    node count, or (-1, 0). ``capflag[g]``: group g's reservation caps apply to this job."""
-    gbase, gn, gG, track = geo
-    W, C, M, hist, freew, GF = S[0], S[1], S[2], S[3], S[4], S[5]
-    capw, capc, capm = caps[0], caps[1], caps[2]
-    tn, tw, tc, tm, tmask = buf[2], buf[3], buf[4], buf[5], buf[6]
-    buf[12][0] = -1
+def _place_cpu_only(core, job, applies, free):
+    """``Placer.place`` of a job without GPUs: one node with its CPUs and memory (best-fit: the
+    fewest free CPUs); (group, 1) with the node in ``core.buf``, or (-1, 0)."""
+    c, mm, cls = job.cpus, job.mem, job.gclass
+    best = core.cfg.best_fit
+    cptr, cgroups, base, nodes = (
+        core.cluster.class_ptr,
+        core.cluster.class_groups,
+        core.cluster.base,
+        core.cluster.nodes,
+    )
+    capc, capm = core.caps.cpus, core.caps.mem
+    cpus, mem = free.cpus, free.mem
+    bg = -1
+    bestv = 0
+    bi = -1
+    for q in range(cptr[cls], cptr[cls + 1]):
+        g = cgroups[q]
+        cap = applies[g]
+        for t in range(nodes[g]):
+            i = base[g] + t
+            cc = cpus[i]
+            mv = mem[i]
+            if cap:
+                cc = min(cc, capc[i])
+                mv = min(mv, capm[i])
+            if cc >= c and mv >= mm:
+                if not best:
+                    _set_out(core.buf, 0, i, 0, c, mm, 0)
+                    return g, 1
+                if bg < 0 or cc < bestv:
+                    bg = g
+                    bestv = cc
+                    bi = i
+    if bg < 0:
+        return -1, 0
+    _set_out(core.buf, 0, bi, 0, c, mm, 0)
+    return bg, 1
+
+
+@njit(cache=True)
+def _place(core, job, applies, free):
+    """``Placer.place`` of ``job`` (a JOB record) on ``free``: the group of the allocation
+    written to the placement arrays of ``core.buf`` (nodes, whole GPUs, CPUs, memory, GPU masks;
+    the shared GPU in ``buf.shared[0]``, -1 if none) and its node count, or (-1, 0)."""
+    gpus, milli, c, mm, cls = job.gpus, job.milli, job.cpus, job.mem, job.gclass
+    buf = core.buf
+    buf.shared[0] = -1
+    if gpus == 0:
+        return _place_cpu_only(core, job, applies, free)
+    if milli < 1000:
+        return _fractional(core, job, applies, free)
+    best, slack = core.cfg.best_fit, core.cfg.slack
+    cptr, cgroups, base_of, nodes = (
+        core.cluster.class_ptr,
+        core.cluster.class_groups,
+        core.cluster.base,
+        core.cluster.nodes,
+    )
+    gpus_of, track = core.cluster.gpus, core.cluster.track
+    capw, capc, capm = core.caps.whole, core.caps.cpus, core.caps.mem
+    whole, cpus, mem = free.whole, free.cpus, free.mem
     bg = -1
     bcnt = 0
     bs1 = 0
     bs2 = 0
-    if gpus == 0:
-        bestv = 0
-        bi = -1
-        for q in range(cg_ptr[cls], cg_ptr[cls + 1]):
-            g = cg_idx[q]
-            cap = capflag[g]
-            base = gbase[g]
-            for t in range(gn[g]):
-                i = base + t
-                cc = C[i]
-                mv = M[i]
-                if cap:
-                    cc = min(cc, capc[i])
-                    mv = min(mv, capm[i])
-                if cc >= c and mv >= mm:
-                    if not best:
-                        _set_out(buf, 0, i, 0, c, mm, 0)
-                        return g, 1
-                    if bg < 0 or cc < bestv:
-                        bg = g
-                        bestv = cc
-                        bi = i
-        if bg < 0:
-            return -1, 0
-        _set_out(buf, 0, bi, 0, c, mm, 0)
-        return bg, 1
-    if milli < 1000:
-        return _fractional(milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, geo, S, caps, buf)
-    for q in range(cg_ptr[cls], cg_ptr[cls + 1]):
-        g = cg_idx[q]
-        cap = capflag[g]
-        G = gG[g]
-        base = gbase[g]
-        if gpus <= G and _max_whole(hist, g, G) >= gpus:
+    for q in range(cptr[cls], cptr[cls + 1]):
+        g = cgroups[q]
+        cap = applies[g]
+        G = gpus_of[g]
+        base = base_of[g]
+        if gpus <= G and _max_whole(free.hist, g, G) >= gpus:
             pick = -1
             pw = 0
-            for t in range(gn[g]):
+            for t in range(nodes[g]):
                 i = base + t
-                w = W[i]
-                cc = C[i]
-                mv = M[i]
+                w = whole[i]
+                cc = cpus[i]
+                mv = mem[i]
                 if cap:
                     w = min(w, capw[i])
                     cc = min(cc, capc[i])
                     mv = min(mv, capm[i])
                 if w >= gpus and cc >= c and mv >= mm:
                     if not best:
-                        _set_out(buf, 0, i, gpus, c, mm, _free_mask(GF, i, G, gpus) if track[g] else 0)
+                        mask = _free_mask(free.gpu_milli, i, G, gpus) if track[g] else 0
+                        _set_out(buf, 0, i, gpus, c, mm, mask)
                         return g, 1
                     if pick < 0 or w < pw:
                         pick = i
@@ -421,67 +496,87 @@ def _place(gpus, milli, c, mm, cls, cg_ptr, cg_idx, capflag, best, slack, geo, S
                     bcnt = 1
                     bs1 = 1
                     bs2 = s2
-                    _set_out(buf, 0, pick, gpus, c, mm, _free_mask(GF, pick, G, gpus) if track[g] else 0)
+                    mask = _free_mask(free.gpu_milli, pick, G, gpus) if track[g] else 0
+                    _set_out(buf, 0, pick, gpus, c, mm, mask)
                 continue
-        if (gpus > G or (slack > 0 and gpus >= 2)) and freew[g] >= gpus:
-            cnt = _gang(g, gpus, c, mm, cap, best, slack, geo, S, caps, buf)
+        if (gpus > G or (slack > 0 and gpus >= 2)) and free.group_whole[g] >= gpus:
+            cnt = _gang(core, job, g, cap, free)
             if cnt and (not best or bg < 0 or cnt < bs1 or (cnt == bs1 and bs2 > 0)):
                 bg = g
                 bcnt = cnt
                 bs1 = cnt
                 bs2 = 0
                 for z in range(cnt):
-                    _set_out(buf, z, tn[z], tw[z], tc[z], tm[z], tmask[z])
+                    _set_out(
+                        buf,
+                        z,
+                        buf.gang_node[z],
+                        buf.gang_whole[z],
+                        buf.gang_cpus[z],
+                        buf.gang_mem[z],
+                        buf.gang_mask[z],
+                    )
                 if not best:
                     return g, cnt
     return bg, bcnt
 
 
 @njit(cache=True)
-def _share_fits(milli, cls, cg_ptr, cg_idx, freew, gpart):
-    """``placement.share_fits``: some GPU of the groups has ``milli`` free (no CPUs, memory,
-    caps): a whole free GPU, or ``gpart[g]``, the largest share free on a partly used GPU."""
-    for q in range(cg_ptr[cls], cg_ptr[cls + 1]):
-        g = cg_idx[q]
-        if freew[g] > 0 or gpart[g] >= milli:
+def _share_fits(core, milli, cls):
+    """``placement.share_fits``: some GPU of the groups of class cls has ``milli`` free (no CPUs,
+    memory, caps): a whole free GPU, or ``visit.partial[g]``, the largest share free on a partly
+    used GPU."""
+    cl, group_whole, partial = core.cluster, core.free.group_whole, core.visit.partial
+    for q in range(cl.class_ptr[cls], cl.class_ptr[cls + 1]):
+        g = cl.class_groups[q]
+        if group_whole[g] > 0 or partial[g] >= milli:
             return True
     return False
 
 
 @njit(cache=True)
-def _largest_partial(g, geo, GF, gpart):
-    """Group g's largest free share on a partly used GPU (0: none) into ``gpart[g]``."""
+def _largest_partial(core, g):
+    """Group g's largest free share on a partly used GPU (0: none) into ``visit.partial[g]``."""
+    cl, gpu_milli = core.cluster, core.free.gpu_milli
     top = 0
-    for t in range(geo[1][g]):
-        i = geo[0][g] + t
-        for b in range(geo[2][g]):
-            v = GF[i, b]
+    for t in range(cl.nodes[g]):
+        i = cl.base[g] + t
+        for b in range(cl.gpus[g]):
+            v = gpu_milli[i, b]
             if 0 < v < 1000 and v > top:
                 top = v
-    gpart[g] = top
+    core.visit.partial[g] = top
 
 
 # ----------------------------------------------------------------------------------------------
-# small heaps on (float key, int job) pairs
+# (key, job, order class) entries (``records.Entries``): heaps and sorted lists on (key, job)
 
 
 @njit(cache=True)
 def _less(ka, ja, kb, jb):
+    """(ka, ja) < (kb, jb): the order of every heap and sorted list here (ties by job)."""
     return ka < kb or (ka == kb and ja < jb)
 
 
 @njit(cache=True)
-def _hpush(hk, hj, hb, n, k, j, b):
+def _swap(e, p, q):
+    """Swap entries p and q."""
+    e.key[p], e.key[q] = e.key[q], e.key[p]
+    e.job[p], e.job[q] = e.job[q], e.job[p]
+    e.cls[p], e.cls[q] = e.cls[q], e.cls[p]
+
+
+@njit(cache=True)
+def _hpush(e, n, k, j, b):
+    """Push (k, j, b) onto the min-heap of the first n entries; returns the new size."""
     p = n
-    hk[p] = k
-    hj[p] = j
-    hb[p] = b
+    e.key[p] = k
+    e.job[p] = j
+    e.cls[p] = b
     while p > 0:
         u = (p - 1) >> 1
-        if _less(hk[p], hj[p], hk[u], hj[u]):
-            hk[p], hk[u] = hk[u], hk[p]
-            hj[p], hj[u] = hj[u], hj[p]
-            hb[p], hb[u] = hb[u], hb[p]
+        if _less(e.key[p], e.job[p], e.key[u], e.job[u]):
+            _swap(e, p, u)
             p = u
         else:
             break
@@ -489,272 +584,1085 @@ def _hpush(hk, hj, hb, n, k, j, b):
 
 
 @njit(cache=True)
-def _hsift(hk, hj, hb, n, p):
+def _hsift(e, n, p):
+    """Sift entry p down in the min-heap of the first n entries."""
     while True:
         a = 2 * p + 1
         if a >= n:
             return
         b = a + 1
         m = a
-        if b < n and _less(hk[b], hj[b], hk[a], hj[a]):
+        if b < n and _less(e.key[b], e.job[b], e.key[a], e.job[a]):
             m = b
-        if _less(hk[m], hj[m], hk[p], hj[p]):
-            hk[p], hk[m] = hk[m], hk[p]
-            hj[p], hj[m] = hj[m], hj[p]
-            hb[p], hb[m] = hb[m], hb[p]
+        if _less(e.key[m], e.job[m], e.key[p], e.job[p]):
+            _swap(e, p, m)
             p = m
         else:
             return
 
 
 @njit(cache=True)
-def _hpop(hk, hj, hb, n):
+def _hpop(e, n):
     """Remove the smallest entry (left at index n - 1 on return); returns the new size."""
     n -= 1
-    hk[0], hk[n] = hk[n], hk[0]
-    hj[0], hj[n] = hj[n], hj[0]
-    hb[0], hb[n] = hb[n], hb[0]
-    _hsift(hk, hj, hb, n, 0)
+    _swap(e, 0, n)
+    _hsift(e, n, 0)
     return n
 
 
 @njit(cache=True)
-def _heapify(hk, hj, hb, n):
+def _heapify(e, n):
+    """Make the first n entries a min-heap."""
     for p in range(n // 2 - 1, -1, -1):
-        _hsift(hk, hj, hb, n, p)
+        _hsift(e, n, p)
 
 
 @njit(cache=True)
-def _msift(sk, sj, sb, n, p):
+def _msift(e, n, p):
     """Sift down in a max-heap on (key, job)."""
     while True:
         a = 2 * p + 1
         if a >= n:
             return
         m = a
-        if a + 1 < n and _less(sk[a], sj[a], sk[a + 1], sj[a + 1]):
+        if a + 1 < n and _less(e.key[a], e.job[a], e.key[a + 1], e.job[a + 1]):
             m = a + 1
-        if _less(sk[p], sj[p], sk[m], sj[m]):
-            sk[p], sk[m] = sk[m], sk[p]
-            sj[p], sj[m] = sj[m], sj[p]
-            sb[p], sb[m] = sb[m], sb[p]
+        if _less(e.key[p], e.job[p], e.key[m], e.job[m]):
+            _swap(e, p, m)
             p = m
         else:
             return
 
 
 @njit(cache=True)
-def _list_more(ck, cj, cb, n_all, bound, want, hk, hj, hb, hn, sk, sj, sb):
-    """Push onto the visit heap the ``want`` smallest (key, job) entries of ``ck/cj/cb`` above
-    ``bound`` (bound[2] == 0: none listed yet) and move ``bound`` to the largest of them; returns
-    (the new heap size, entries pushed). Why: with thousands of class heads and clock-dependent
-    keys a cycle usually visits a few of them (a committed head that does not fit), and
-    heapifying them all every cycle cost more than the Python loop's chunked listing."""
+def _list_more(core):
+    """Push onto the visit heap the ``cyc.want`` smallest (key, job) entries of the keyed heads
+    (``visit.heads``) above the bound (``cyc.bound_*``; none set: none listed yet), move the
+    bound to the largest of them, and count them off ``cyc.n_unlisted``. Why: with thousands of
+    class heads and clock-dependent keys a cycle usually visits a few of them (a committed head
+    that does not fit), and heapifying them all every cycle cost more than the Python loop's
+    chunked listing."""
+    cyc = core.visit.counts[0]
+    heads, heap, sel = core.visit.heads, core.visit.heap, core.visit.select
+    want = cyc.want
     m = 0
-    for e in range(n_all):
-        k = ck[e]
-        j = cj[e]
-        if bound[2] != 0 and not _less(bound[0], bound[1], k, j):
+    for e in range(cyc.n_heads):
+        k = heads.key[e]
+        j = heads.job[e]
+        if cyc.bound_set and not _less(cyc.bound_key, cyc.bound_job, k, j):
             continue
         if m < want:
             # insert into the max-heap of the selection
             p = m
-            sk[p] = k
-            sj[p] = j
-            sb[p] = cb[e]
+            sel.key[p] = k
+            sel.job[p] = j
+            sel.cls[p] = heads.cls[e]
             m += 1
             while p > 0:
                 u = (p - 1) >> 1
-                if _less(sk[u], sj[u], sk[p], sj[p]):
-                    sk[p], sk[u] = sk[u], sk[p]
-                    sj[p], sj[u] = sj[u], sj[p]
-                    sb[p], sb[u] = sb[u], sb[p]
+                if _less(sel.key[u], sel.job[u], sel.key[p], sel.job[p]):
+                    _swap(sel, p, u)
                     p = u
                 else:
                     break
-        elif _less(k, j, sk[0], sj[0]):
-            sk[0] = k
-            sj[0] = j
-            sb[0] = cb[e]
-            _msift(sk, sj, sb, m, 0)
+        elif _less(k, j, sel.key[0], sel.job[0]):
+            sel.key[0] = k
+            sel.job[0] = j
+            sel.cls[0] = heads.cls[e]
+            _msift(sel, m, 0)
     if m:
-        bound[0] = sk[0]
-        bound[1] = sj[0]
-        bound[2] = 1
+        cyc.bound_key = sel.key[0]
+        cyc.bound_job = sel.job[0]
+        cyc.bound_set = True
+    hn = cyc.n_heap
     for q in range(m):
-        hn = _hpush(hk, hj, hb, hn, sk[q], sj[q], sb[q])
-    return hn, m
+        hn = _hpush(heap, hn, sel.key[q], sel.job[q], sel.cls[q])
+    cyc.n_heap = hn
+    cyc.n_unlisted -= m
+    cyc.want = want * 2
+
+
+@njit(cache=True)
+def _sorted_insert(e, ns, k, j, b):
+    """Insert (k, j, b) into the first ns entries, sorted by (key, job); returns the new length."""
+    lo_ = _sorted_find(e, ns, k, j)
+    for s in range(ns, lo_, -1):
+        e.key[s] = e.key[s - 1]
+        e.job[s] = e.job[s - 1]
+        e.cls[s] = e.cls[s - 1]
+    e.key[lo_] = k
+    e.job[lo_] = j
+    e.cls[lo_] = b
+    return ns + 1
+
+
+@njit(cache=True)
+def _sorted_find(e, ns, k, j):
+    """Where (k, j) is, or would go, in the first ns entries sorted by (key, job)."""
+    lo_ = 0
+    hi_ = ns
+    while lo_ < hi_:
+        mid = (lo_ + hi_) >> 1
+        if _less(e.key[mid], e.job[mid], k, j):
+            lo_ = mid + 1
+        else:
+            hi_ = mid
+    return lo_
+
+
+@njit(cache=True)
+def _sorted_remove(e, ns, k, j):
+    """Remove (k, j) from the first ns entries sorted by (key, job); returns the new length."""
+    lo_ = _sorted_find(e, ns, k, j)
+    for s in range(lo_, ns - 1):
+        e.key[s] = e.key[s + 1]
+        e.job[s] = e.job[s + 1]
+        e.cls[s] = e.cls[s + 1]
+    return ns - 1
 
 
 # ----------------------------------------------------------------------------------------------
-# the multifactor policy's usage (``SlurmMultifactor._advance`` and its fair-share factor)
+# the policies' keys; the multifactor policy's usage (``SlurmMultifactor._advance`` and its
+# fair-share factor)
 
 
 @njit(cache=True)
-def _advance(mf, usage, running, now):
-    """mf: [last, lambda, version, share, fairshare weight, age weight / max age, max age, 2.0]."""
-    dt = now - mf[0]
+def _advance(fair, now):
+    """Decay the users' usage to ``now`` (``SlurmMultifactor._advance``)."""
+    p = fair.params[0]
+    dt = now - p.last
     if dt > 0:
-        lam = mf[1]
+        lam = p.lam
         decay = math.exp(-lam * dt)
+        usage, running = fair.usage, fair.running
         for u in range(len(usage)):
             usage[u] = usage[u] * decay + running[u] * (1.0 - decay) / lam
-        mf[0] = now
-        mf[2] += 1.0
+        p.last = now
+        p.version += 1.0
 
 
 @njit(cache=True)
-def _fairshare(mf, usage, fsw):
-    """``w.fairshare x 2^(-U/S)`` per user into ``fsw`` (2.0 read from ``mf`` so that LLVM keeps
-    the ``pow`` call that Python's ``math.pow`` makes instead of rewriting it as ``exp2``)."""
+def _fairshare(fair):
+    """``w.fairshare x 2^(-U/S)`` per user into ``fair.weight`` (2.0 read from the parameters so
+    that LLVM keeps the ``pow`` call that Python's ``math.pow`` makes instead of rewriting it as
+    ``exp2``)."""
+    p = fair.params[0]
+    usage, fsw = fair.usage, fair.weight
     total = pairwise(usage, 0, len(usage))
-    wfs = mf[4]
+    wfs = p.w_fairshare
     if total <= 0:
         for u in range(len(usage)):
             fsw[u] = wfs * 1.0
         return
-    two = mf[7]
-    share = mf[3]
+    two = p.two
+    share = p.share
     for u in range(len(usage)):
         fsw[u] = wfs * math.pow(two, -(usage[u] / total) / share)
 
 
 @njit(cache=True)
-def _key(j, now, kind, jf, ji, mf, fsw):
+def _key(core, j, now):
+    """Job j's key at ``now`` (the policy's ``keys``; smaller first)."""
+    kind = core.cfg.kind
+    job = core.jobs[j]
     if kind == P_STATIC:
-        return jf[j, F_KEY]
+        return job.key
     if kind == P_EXTERNAL:
-        return jf[j, F_EXT]
-    w = max(now - jf[j, F_SUBMIT], 0.0)
+        return job.ext_key
+    w = max(now - job.submit, 0.0)
     if kind == P_WFP3:
-        r = w / jf[j, F_EST1]
-        return -(r * r * r) * jf[j, F_WIDTH]
+        r = w / job.wfp3_est
+        return -(r * r * r) * job.wfp3_width
     if kind == P_UNICEP:
-        return -w / jf[j, F_DENOM]
-    age = min(w, mf[6]) * mf[5]
-    return -math.floor(age + jf[j, F_MFSTATIC] + fsw[ji[j, I_USER]])
+        return -w / job.unicep_denom
+    p = core.fair.params[0]
+    age = min(w, p.max_age) * p.age_per_s
+    return -math.floor(age + job.mf_static + core.fair.weight[job.user])
 
 
 # ----------------------------------------------------------------------------------------------
-# the event loop
-
-# ----------------------------------------------------------------------------------------------
-# the event loop
+# starting and ending jobs
 
 
 @njit(cache=True)
-def _sorted_insert(sk, sj, sb, ns, k, j, b):
-    """Insert (k, j, b) into the arrays sorted by (key, job); returns the new length."""
-    lo_ = 0
-    hi_ = ns
-    while lo_ < hi_:
-        mid = (lo_ + hi_) >> 1
-        if _less(sk[mid], sj[mid], k, j):
-            lo_ = mid + 1
-        else:
-            hi_ = mid
-    for s in range(ns, lo_, -1):
-        sk[s] = sk[s - 1]
-        sj[s] = sj[s - 1]
-        sb[s] = sb[s - 1]
-    sk[lo_] = k
-    sj[lo_] = j
-    sb[lo_] = b
-    return ns + 1
-
-
-@njit(cache=True)
-def _sorted_remove(sk, sj, sb, ns, k, j):
-    """Remove (k, j) from the arrays sorted by (key, job); returns the new length."""
-    lo_ = 0
-    hi_ = ns
-    while lo_ < hi_:
-        mid = (lo_ + hi_) >> 1
-        if _less(sk[mid], sj[mid], k, j):
-            lo_ = mid + 1
-        else:
-            hi_ = mid
-    for s in range(lo_, ns - 1):
-        sk[s] = sk[s + 1]
-        sj[s] = sj[s + 1]
-        sb[s] = sb[s + 1]
-    return ns - 1
-
-
-@njit(cache=True)
-def _start(j, g, cnt, now, i_next, jf, ji, geo, S, buf, st, run, pool, bk):
-    """``start_job``: take the allocation in ``buf`` for job j, record it, update the queue, the
-    completion heap, the estimated-end order and the order class's head. Returns the busy
-    milli-GPUs it adds."""
-    start, end, nodes_used, job_group, job_frac, queued, shape_count = st
-    ek, ej, eb, rk, rj, ctr = run
-    a_ptr, p_node, p_w, p_c, p_m, p_mask = pool
-    b_ptr, b_jobs, bpos, bhead, act, act_at = bk
-    onode, ow, oc, om, omask = buf[7], buf[8], buf[9], buf[10], buf[11]
-    frac = buf[12][0]
-    milli = ji[j, I_MILLI]
-    p0 = a_ptr[j]
+def _start(core, j, g, cnt, now):
+    """``start_job``: record the placement in ``core.buf`` (group g, ``cnt`` nodes) as job j's
+    allocation and take it, and update the queue, the completion heap, the estimated-end order,
+    the order class's head, the busy GPUs, and what the policy tracks (an external policy's
+    running jobs, the multifactor usage). Returns the head of j's order class before the start."""
+    job = core.jobs[j]
+    loop = core.out.counts[0]
+    buf = core.buf
+    frac = buf.shared[0]
+    a = core.allocs
+    p0 = a.ptr[j]
     busy = 0
     for z in range(cnt):
-        p_node[p0 + z] = onode[z]
-        p_w[p0 + z] = ow[z]
-        p_c[p0 + z] = oc[z]
-        p_m[p0 + z] = om[z]
-        p_mask[p0 + z] = omask[z]
-        busy += ow[z] * 1000
+        a.node[p0 + z] = buf.node[z]
+        a.whole[p0 + z] = buf.whole[z]
+        a.cpus[p0 + z] = buf.cpus[z]
+        a.mem[p0 + z] = buf.mem[z]
+        a.mask[p0 + z] = buf.mask[z]
+        busy += buf.whole[z] * 1000
     if frac >= 0:
-        busy += milli
-    _take(g, cnt, onode, ow, oc, om, omask, frac, milli, geo, S, -1)
-    queued[j] = False
-    start[j] = now
-    end[j] = now + jf[j, F_RUNTIME]
-    nodes_used[j] = cnt
-    job_group[j] = g
-    job_frac[j] = frac
-    ctr[0] = _hpush(ek, ej, eb, ctr[0], end[j], j, 0)
-    e_j = now + jf[j, F_EST]
-    rn = ctr[1]
-    s = rn
+        busy += job.milli
+    out = core.out
+    out.nodes_used[j] = cnt
+    out.group[j] = g
+    out.shared_gpu[j] = frac
+    _take(core, core.free, j, -1)
+    core.queue.queued[j] = False
+    out.start[j] = now
+    out.end[j] = now + job.runtime
+    loop.n_ends = _hpush(core.ends, loop.n_ends, out.end[j], j, 0)
+    # insert into the estimated-end order (after the entries with a smaller (end, job))
+    e_j = now + job.est
+    rk, rj = core.by_est.key, core.by_est.job
+    s = loop.n_running
     while s > 0 and _less(e_j, j, rk[s - 1], rj[s - 1]):
         rk[s] = rk[s - 1]
         rj[s] = rj[s - 1]
         s -= 1
     rk[s] = e_j
     rj[s] = j
-    ctr[1] = rn + 1
-    shape_count[ji[j, I_SHAPE]] -= 1
-    b = ji[j, I_BUCKET]
-    if bhead[b] == j:
-        h = bpos[b] + 1
-        while h < b_ptr[b + 1] and b_jobs[h] < i_next and not queued[b_jobs[h]]:
-            h += 1
-        bpos[b] = h
-        if h < b_ptr[b + 1] and b_jobs[h] < i_next:
-            bhead[b] = b_jobs[h]
-        else:
-            bhead[b] = -1
-            n_act = ctr[2]
-            last = act[n_act - 1]
-            act[act_at[b]] = last
-            act_at[last] = act_at[b]
-            act_at[b] = -1
-            ctr[2] = n_act - 1
-    return busy
+    loop.n_running += 1
+    core.queue.shape_jobs[job.shape] -= 1
+    b = job.order
+    before = core.queue.head[b]
+    if before == j:
+        _next_head_of(core, b)
+        if core.queue.head[b] < 0:
+            core.queue.shape_heads[job.shape] -= 1
+    loop.n_queued -= 1
+    loop.busy_milli += busy
+    kind = core.cfg.kind
+    if kind == P_EXTERNAL:
+        _note_start(core, j, g, now)
+    elif kind == P_MULTIFACTOR:
+        _advance(core.fair, now)
+        core.fair.running[job.user] += job.mf_demand
+    return before
 
 
 @njit(cache=True)
-def _note_start(j, g, now, jf, ext, n_ev):
+def _next_head_of(core, b):
+    """Order class b's head started: its next queued job that has arrived becomes the head, or
+    the class leaves the active list."""
+    loop = core.out.counts[0]
+    queued, first, head = core.queue.queued, core.queue.first, core.queue.head
+    active, active_at = core.queue.active, core.queue.active_at
+    ptr, jobs_of = core.orders.ptr, core.orders.jobs
+    i_next = loop.next_job
+    h = first[b] + 1
+    end = ptr[b + 1]
+    while h < end and jobs_of[h] < i_next and not queued[jobs_of[h]]:
+        h += 1
+    first[b] = h
+    if h < end and jobs_of[h] < i_next:
+        head[b] = jobs_of[h]
+    else:
+        head[b] = -1
+        n_act = loop.n_active
+        last = active[n_act - 1]
+        active[active_at[b]] = last
+        active_at[last] = active_at[b]
+        active_at[b] = -1
+        loop.n_active = n_act - 1
+
+
+@njit(cache=True)
+def _note_start(core, j, g, now):
     """For an external policy: log the start of job j in group g (the events since the last
-    call) and insert it into the running jobs; returns the new event count."""
-    _, xs, _, ev_j, ev_t, xr_job, xr_group, xr_end = ext
-    ev_j[n_ev] = j
-    ev_t[n_ev] = now
-    running_insert(xr_job, xr_group, xr_end, xs[2], j + xs[3], g, now + jf[j, F_EST])
-    xs[2] += 1
-    return n_ev + 1
+    call) and insert it into the running jobs it reads."""
+    x = core.ext
+    ask = x.ask[0]
+    x.event_job[ask.n_events] = j
+    x.event_time[ask.n_events] = now
+    ask.n_events += 1
+    running_insert(x.run_job, x.run_group, x.run_end, ask.n_running, j + ask.lo, g, now + core.jobs[j].est)
+    ask.n_running += 1
 
 
-#: the callbacks of the runs in progress that ask Python for keys, by handle (``ask``)
+@njit(cache=True)
+def _note_end(core, r, now, e_r):
+    """For an external policy: log the end of job r (estimated end ``e_r``) and drop it from
+    the running jobs it reads."""
+    x = core.ext
+    ask = x.ask[0]
+    x.event_job[ask.n_events] = -r - 1
+    x.event_time[ask.n_events] = now
+    ask.n_events += 1
+    running_remove(x.run_job, x.run_group, x.run_end, ask.n_running, r + ask.lo, e_r)
+    ask.n_running -= 1
+
+
+@njit(cache=True)
+def _complete(core, now):
+    """Every running job whose true end is up to ``now`` ends (completion-heap order): its
+    allocation goes back, it leaves the estimated-end order, and the policy's tracking follows.
+    Returns whether any ended."""
+    loop = core.out.counts[0]
+    ends = core.ends
+    start, nodes_used, shared_gpu = core.out.start, core.out.nodes_used, core.out.shared_gpu
+    a_ptr, a_whole = core.allocs.ptr, core.allocs.whole
+    rk, rj = core.by_est.key, core.by_est.job
+    kind = core.cfg.kind
+    released = False
+    while loop.n_ends and ends.key[0] <= now:
+        loop.n_ends = _hpop(ends, loop.n_ends)
+        r = ends.job[loop.n_ends]
+        job = core.jobs[r]
+        _take(core, core.free, r, 1)
+        p0 = a_ptr[r]
+        for z in range(nodes_used[r]):
+            loop.busy_milli -= a_whole[p0 + z] * 1000
+        if shared_gpu[r] >= 0:
+            loop.busy_milli -= job.milli
+        # drop r from the estimated-end order
+        e_r = start[r] + job.est
+        rn = loop.n_running
+        lo_s = _sorted_find(core.by_est, rn, e_r, r)
+        for s in range(lo_s, rn - 1):
+            rk[s] = rk[s + 1]
+            rj[s] = rj[s + 1]
+        loop.n_running = rn - 1
+        released = True
+        if kind == P_EXTERNAL:
+            _note_end(core, r, now, e_r)
+        if kind == P_MULTIFACTOR:
+            _advance(core.fair, now)
+            core.fair.running[job.user] -= job.mf_demand
+    return released
+
+
+@njit(cache=True)
+def _arrive(core, now):
+    """Every job submitted up to ``now`` joins the queue; a job whose order class had none
+    queued becomes its head (kept sorted with static keys)."""
+    loop, jobs = core.out.counts[0], core.jobs
+    queued, shape_jobs, shape_heads = core.queue.queued, core.queue.shape_jobs, core.queue.shape_heads
+    head, active, active_at = core.queue.head, core.queue.active, core.queue.active_at
+    static = core.cfg.kind == P_STATIC
+    i = loop.next_job
+    n = len(jobs)
+    while i < n and jobs[i].submit <= now:
+        queued[i] = True
+        loop.n_queued += 1
+        k = jobs[i].shape
+        shape_jobs[k] += 1
+        b = jobs[i].order
+        if head[b] < 0:
+            head[b] = i
+            active[loop.n_active] = b
+            active_at[b] = loop.n_active
+            loop.n_active += 1
+            shape_heads[k] += 1
+            if static:
+                loop.n_sorted = _sorted_insert(core.queue.sorted, loop.n_sorted, jobs[i].key, i, b)
+        i += 1
+    loop.next_job = i
+
+
+@njit(cache=True)
+def _move_sorted_head(core, b, before):
+    """Static keys: order class b's head was ``before`` (-1: none); put its head now in its
+    place in the sorted heads."""
+    loop, jobs = core.out.counts[0], core.jobs
+    after = core.queue.head[b]
+    if before != after:
+        if before >= 0:
+            loop.n_sorted = _sorted_remove(core.queue.sorted, loop.n_sorted, jobs[before].key, before)
+        if after >= 0:
+            loop.n_sorted = _sorted_insert(core.queue.sorted, loop.n_sorted, jobs[after].key, after, b)
+
+
+@njit(cache=True)
+def _lone_arrival(core, j, now, released):
+    """The queue is one new arrival, j: a cycle would try it alone, with no reservation (the
+    Python loop's lone-arrival start). Counts the cycle the Python loop would run."""
+    loop = core.out.counts[0]
+    g, cnt = _place(core, core.jobs[j], core.caps.never, core.free)
+    if g >= 0:
+        before = _start(core, j, g, cnt, now)
+        if core.cfg.kind == P_STATIC:
+            _move_sorted_head(core, core.jobs[j].order, before)
+        loop.all_blocked = True
+        loop.cycles += 1
+    elif released or not loop.all_blocked:
+        loop.all_blocked = core.cfg.mode != M_NONE
+        loop.cycles += 1
+
+
+@njit(cache=True)
+def _arrival_fits(core, first_new):
+    """Nothing was freed and every queued job failed on the free state at the last cycle: a
+    cycle can start something only if a new arrival (jobs ``first_new`` on) fits now."""
+    for k in range(first_new, core.out.counts[0].next_job):
+        g, _ = _place(core, core.jobs[k], core.caps.never, core.free)
+        if g >= 0:
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------------------------
+# the scheduling cycle
+
+
+@njit(cache=True)
+def _precheck(core):
+    """Mark the shapes whose GPUs fit nowhere now (``visit.blocked``; a long queue only, as the
+    Python loop's pre-check, which saves keying and visiting jobs that cannot start). Returns the
+    cycle's result when every queued job is blocked (1: all blocked, 0: without backfill), else -1."""
+    cyc, loop = core.visit.counts[0], core.out.counts[0]
+    blocked, shape_jobs = core.visit.blocked, core.queue.shape_jobs
+    s_gpus, s_milli, s_gclass = core.shapes.gpus, core.shapes.milli, core.shapes.gclass
+    cptr, cgroups, nodes, gpus_of = (
+        core.cluster.class_ptr,
+        core.cluster.class_groups,
+        core.cluster.nodes,
+        core.cluster.gpus,
+    )
+    hist, group_whole = core.free.hist, core.free.group_whole
+    slack = core.cfg.slack
+    cyc.any_blocked = False
+    if loop.n_queued <= 32:
+        blocked[:] = False
+        return -1
+    n_bl = 0
+    parts_known = False
+    for k in range(len(s_gpus)):
+        blocked[k] = False
+        if shape_jobs[k] == 0:
+            continue
+        gp = s_gpus[k]
+        gc = s_gclass[k]
+        fits = True
+        if gp > 0 and s_milli[k] < 1000:
+            if not parts_known:
+                # the state does not change during the pre-check: once per cycle
+                for g in range(len(nodes)):
+                    if core.cluster.track[g]:
+                        _largest_partial(core, g)
+                parts_known = True
+            fits = _share_fits(core, s_milli[k], gc)
+        elif gp > 0:
+            fits = False
+            for q in range(cptr[gc], cptr[gc + 1]):
+                g = cgroups[q]
+                G = gpus_of[g]
+                if gp <= G and _max_whole(hist, g, G) >= gp:
+                    fits = True
+                    break
+                if (gp > G or (slack > 0 and gp >= 2)) and group_whole[g] >= gp:
+                    need = -(-gp // G) if G else nodes[g] + 1
+                    mx = min(need + slack, nodes[g])
+                    if need <= mx and _top_from_hist(hist, g, mx) >= gp:
+                        fits = True
+                        break
+        if not fits:
+            blocked[k] = True
+            cyc.any_blocked = True
+            n_bl += shape_jobs[k]
+    if n_bl >= loop.n_queued:
+        return 1 if core.cfg.mode != M_NONE else 0
+    return -1
+
+
+@njit(cache=True)
+def _call_back(handle):
+    """``_ask(handle)`` in object mode, in a function of its own. Why not inline in the loop:
+    numba hands an object-mode block its lifted code as a pickle, copied into a new bytes object
+    at every entry, and the pickle of a block lifted from a big function is large (its bytecode
+    and constants; about 0.5 MB from the former one-piece loop), 10-30 us a call: most of a
+    training decision's time in the loop. Lifted from this function it is a few kB."""
+    with objmode():
+        _ask(handle)
+
+
+@njit(cache=True)
+def _keys(core, now, handle):
+    """What the Python loop does when it keys the queue: the multifactor policy decays its usage
+    (and recomputes the fair-share weights when the usage changed); an external policy is asked
+    for the keys of the whole queue, in arrival order (every queued job heads its own order
+    class), as the Python loop's ``policy.keys(queue, now)``, unless its static hint keys apply
+    (before ``ask_from``, or a queue of one job). An exception in the callback ends the run."""
+    kind = core.cfg.kind
+    if kind == P_MULTIFACTOR:
+        fair = core.fair
+        _advance(fair, now)
+        p = fair.params[0]
+        if p.version != p.weight_version:
+            _fairshare(fair)
+            p.weight_version = p.version
+    elif kind == P_EXTERNAL:
+        queue, head, active, jobs = core.ext.queue, core.queue.head, core.queue.active, core.jobs
+        ask = core.ext.ask[0]
+        m = 0
+        for a in range(core.out.counts[0].n_active):
+            queue[m] = head[active[a]]
+            m += 1
+        queue[:m].sort()
+        if ask.static_keys and (m < 2 or now < ask.ask_from):
+            for e in range(m):
+                jobs[queue[e]].ext_key = jobs[queue[e]].key
+        else:
+            ask.queue_len = m
+            ask.now = now
+            _call_back(handle)
+            ask.n_events = 0
+
+
+@njit(cache=True)
+def _list_heads(core, now):
+    """The cycle's visit order: the heads of classes of shapes that fit somewhere, and of the
+    shapes that fit nowhere only the first (key, job) per class of eligible groups (order class
+    -1: it may reserve, nothing else). Static keys read the sorted heads as they are (counted
+    here); clock-dependent keys key every head now, and beyond ``2 x head_chunk`` of them put
+    them on the visit heap in doubling chunks (``_list_more``)."""
+    cyc, jobs, cfg = core.visit.counts[0], core.jobs, core.cfg
+    blocked, in_order, first_seen = core.visit.blocked, core.visit.in_order, core.visit.first_seen
+    first_key, first_job = core.visit.first_key, core.visit.first_job
+    head, active, shape_heads = core.queue.head, core.queue.active, core.queue.shape_heads
+    heads, heap = core.visit.heads, core.visit.heap
+    static = cfg.kind == P_STATIC
+    any_blocked = cyc.any_blocked
+    n_all = 0
+    for a in range(core.out.counts[0].n_active if not static else 0):
+        b = active[a]
+        j = head[b]
+        kj = _key(core, j, now)
+        k = jobs[j].shape
+        if any_blocked and blocked[k]:
+            gc = jobs[j].gclass
+            if first_job[gc] < 0 or _less(kj, j, first_key[gc], first_job[gc]):
+                first_key[gc] = kj
+                first_job[gc] = j
+            continue
+        heads.key[n_all] = kj
+        heads.job[n_all] = j
+        heads.cls[n_all] = b
+        n_all += 1
+        in_order[k] += 1
+    # entries left whose shape is not retired whole: the visit ends at 0 (the rest would all be
+    # passed over)
+    live = n_all
+    hn = 0
+    cyc.n_unlisted = 0
+    cyc.want = cfg.head_chunk
+    cyc.bound_set = False
+    if n_all > 2 * cfg.head_chunk:
+        cyc.n_unlisted = n_all  # listed in doubling chunks of the smallest (key, job)
+    else:
+        for e in range(n_all):
+            heap.key[e] = heads.key[e]
+            heap.job[e] = heads.job[e]
+            heap.cls[e] = heads.cls[e]
+        hn = n_all
+    if static:
+        # the sorted heads: those of shapes that fit somewhere, and one per class of eligible
+        # groups of the shapes that fit nowhere
+        for k in range(len(shape_heads)):
+            if shape_heads[k]:
+                if any_blocked and blocked[k]:
+                    gc = core.shapes.gclass[k]
+                    if cfg.mode != M_GREEDY and not first_seen[gc]:
+                        first_seen[gc] = True
+                        live += 1
+                else:
+                    in_order[k] = shape_heads[k]
+                    live += shape_heads[k]
+        first_seen[:] = False
+    if any_blocked and not static:
+        for gc in range(len(first_job)):
+            if first_job[gc] >= 0:
+                if cfg.mode != M_GREEDY:
+                    heap.key[hn] = first_key[gc]
+                    heap.job[hn] = first_job[gc]
+                    heap.cls[hn] = -1
+                    hn += 1
+                    live += 1
+                first_job[gc] = -1
+    _heapify(heap, hn)
+    cyc.n_heads = n_all
+    cyc.n_heap = hn
+    cyc.live = live
+    cyc.at_sorted = 0
+
+
+@njit(cache=True)
+def _next_head(core):
+    """The next entry to visit, (job, order class; -1: the first job of a class of eligible
+    groups whose shape fits nowhere): the smaller (key, job) of the next sorted head (static
+    keys; blocked shapes' heads passed over but the first per class of eligible groups) and the
+    top of the visit heap, which is first topped up from the unlisted heads when they may hold
+    a smaller one."""
+    cyc, jobs = core.visit.counts[0], core.jobs
+    blocked, first_seen = core.visit.blocked, core.visit.first_seen
+    heap = core.visit.heap
+    from_sorted = False
+    if core.cfg.kind == P_STATIC:
+        not_greedy = core.cfg.mode != M_GREEDY
+        ns = core.out.counts[0].n_sorted
+        sk, sj = core.queue.sorted.key, core.queue.sorted.job
+        p_s = cyc.at_sorted
+        while p_s < ns:
+            k = jobs[sj[p_s]].shape
+            if cyc.any_blocked and blocked[k]:
+                if not_greedy and not first_seen[jobs[sj[p_s]].gclass]:
+                    break
+                p_s += 1
+                continue
+            break
+        from_sorted = p_s < ns and (cyc.n_heap == 0 or _less(sk[p_s], sj[p_s], heap.key[0], heap.job[0]))
+        if from_sorted:
+            j = sj[p_s]
+            b = core.queue.sorted.cls[p_s]
+            cyc.at_sorted = p_s + 1
+            if cyc.any_blocked and blocked[jobs[j].shape]:
+                first_seen[jobs[j].gclass] = True
+                b = -1
+            return j, b
+        cyc.at_sorted = p_s
+    if cyc.n_unlisted and (
+        cyc.n_heap == 0 or not cyc.bound_set or _less(cyc.bound_key, cyc.bound_job, heap.key[0], heap.job[0])
+    ):
+        _list_more(core)
+    cyc.n_heap = _hpop(heap, cyc.n_heap)
+    return heap.job[cyc.n_heap], heap.cls[cyc.n_heap]
+
+
+@njit(cache=True)
+def _retired(core, job):
+    """A failure recorded for ``job``'s shape in this cycle retires it: it asks at least the
+    CPUs and memory of a job that failed and runs longer than that failure's threshold."""
+    rec_next, rec_cpus, rec_mem, rec_thr = (
+        core.visit.rec_next,
+        core.visit.rec_cpus,
+        core.visit.rec_mem,
+        core.visit.rec_thr,
+    )
+    r = core.visit.rec_head[job.shape]
+    while r >= 0:
+        if job.cpus >= rec_cpus[r] and job.mem >= rec_mem[r] and job.est > rec_thr[r]:
+            return True
+        r = rec_next[r]
+    return False
+
+
+@njit(cache=True)
+def _push_next(core, j, b, now):
+    """Job j, the head of order class b, was visited and its class goes on: the class's next
+    queued job (arrived, after j) joins the visit heap with its key."""
+    cyc = core.visit.counts[0]
+    queued, ptr, jobs_of = core.queue.queued, core.orders.ptr, core.orders.jobs
+    i_next = core.out.counts[0].next_job
+    h = core.orders.pos[j] + 1
+    end = ptr[b + 1]
+    while h < end and jobs_of[h] < i_next and not queued[jobs_of[h]]:
+        h += 1
+    if h < end and jobs_of[h] < i_next:
+        j2 = jobs_of[h]
+        cyc.n_heap = _hpush(core.visit.heap, cyc.n_heap, _key(core, j2, now), j2, b)
+        core.visit.in_order[core.jobs[j2].shape] += 1
+        cyc.live += 1
+
+
+@njit(cache=True)
+def _try_head(core, j, b, now):
+    """Try to start job j (head of order class b) now, under the caps of the reservations made
+    this cycle where it would still run at their time. On a start, the caps it uses shrink and
+    its class goes on. On a failure the job is recorded so that it retires the later jobs of
+    its shape that ask as much (or, failing on the free state alone with its shape's least CPUs
+    and memory, retires the whole shape); its class goes on only where the failure does not
+    retire its next job too. Returns GO_ON, RESERVE (EASY: j failed on the free state, reserve
+    for it) or STOP (no backfill: the cycle ends at its first failure)."""
+    cyc, cfg = core.visit.counts[0], core.cfg
+    when, applies = core.caps.when, core.caps.applies
+    cgroups = core.cluster.class_groups
+    job = core.jobs[j]
+    gc = job.gclass
+    k = job.shape
+    g0, g1 = core.cluster.class_ptr[gc], core.cluster.class_ptr[gc + 1]
+    finish = now + job.est
+    any_cap = False
+    for q in range(g0, g1):
+        g = cgroups[q]
+        f = finish > when[g]
+        applies[g] = f
+        any_cap = any_cap or f
+    g, cnt = _place(core, job, applies, core.free)
+    if g >= 0:
+        if applies[g]:
+            _use_caps(core, cnt)
+        for q in range(g0, g1):
+            applies[cgroups[q]] = False
+        before = _start(core, j, g, cnt, now)
+        if cfg.kind == P_STATIC and not core.queue.touched[b]:
+            core.queue.touched[b] = True
+            core.queue.head_before[b] = before
+            core.queue.touched_list[cyc.n_touched] = b
+            cyc.n_touched += 1
+        _push_next(core, j, b, now)
+        return GO_ON
+    if cfg.mode == M_NONE:
+        for q in range(g0, g1):
+            applies[cgroups[q]] = False
+        return STOP
+    step = GO_ON
+    thr = -INF
+    if any_cap:
+        # it failed under caps: it may start once the reservations' time has passed
+        cyc.soft = True
+        for q in range(g0, g1):
+            g2 = cgroups[q]
+            if applies[g2]:
+                thr = max(thr, when[g2])
+                applies[g2] = False
+        thr -= now
+    elif cfg.mode == M_EASY:
+        step = RESERVE
+    if not any_cap and job.cpus <= core.shapes.min_cpus[k] and job.mem <= core.shapes.min_mem[k]:
+        core.visit.dead[k] = True  # the failure retires its whole shape
+        cyc.live -= core.visit.in_order[k]
+    else:
+        r = cyc.n_rec
+        core.visit.rec_cpus[r] = job.cpus
+        core.visit.rec_mem[r] = job.mem
+        core.visit.rec_thr[r] = thr
+        core.visit.rec_next[r] = core.visit.rec_head[k]
+        core.visit.rec_head[k] = r
+        cyc.n_rec = r + 1
+        if not (job.est > thr):
+            _push_next(core, j, b, now)
+    return step
+
+
+@njit(cache=True)
+def _use_caps(core, cnt):
+    """The placement in ``core.buf`` (``cnt`` nodes) starts under reservation caps: what it takes
+    comes off the caps of its nodes (a share counts as a whole GPU)."""
+    node, whole, cpus, mem = core.buf.node, core.buf.whole, core.buf.cpus, core.buf.mem
+    capw, capc, capm = core.caps.whole, core.caps.cpus, core.caps.mem
+    extra = 1 if core.buf.shared[0] >= 0 else 0
+    for z in range(cnt):
+        nd = node[z]
+        capw[nd] -= whole[z] + extra
+        capc[nd] -= cpus[z]
+        capm[nd] -= mem[z]
+
+
+@njit(cache=True)
+def _try_reserve(core, j, now):
+    """``try_reserve(j)``: one reservation per pool of groups (a pool: the groups of a class of
+    eligible groups; none where one of them is covered already), up to ``max_res`` a cycle."""
+    cyc, covered, cgroups = core.visit.counts[0], core.caps.covered, core.cluster.class_groups
+    gc = core.jobs[j].gclass
+    g0, g1 = core.cluster.class_ptr[gc], core.cluster.class_ptr[gc + 1]
+    if cyc.n_res >= core.cfg.max_res:
+        return
+    for q in range(g0, g1):
+        if covered[cgroups[q]]:
+            return
+    cyc.n_res += 1
+    for q in range(g0, g1):
+        covered[cgroups[q]] = True
+    _reserve(core, j, now)
+
+
+@njit(cache=True)
+def _visit(core, now):
+    """Visit the cycle's order (``_list_heads``) in (key, job) order until no entry is left
+    whose shape is not retired whole: retired jobs are passed over, the others tried
+    (``_try_head``), and a job that fails on the free state (or the first of a class of
+    eligible groups whose shape fits nowhere) may reserve. Returns 0 when the cycle ended at a
+    failure without backfill, else -1 (the result is decided by ``_cycle``)."""
+    cyc, jobs = core.visit.counts[0], core.jobs
+    dead, in_order = core.visit.dead, core.visit.in_order
+    none = core.cfg.mode == M_NONE
+    while cyc.live > 0:
+        j, b = _next_head(core)
+        if b < 0:
+            # the first job of a class of eligible groups whose shape fits nowhere
+            cyc.live -= 1
+            if none:
+                return 0
+            _try_reserve(core, j, now)
+            continue
+        k = jobs[j].shape
+        in_order[k] -= 1
+        if dead[k]:
+            continue
+        cyc.live -= 1
+        if _retired(core, jobs[j]):
+            continue  # and with it the rest of its class
+        step = _try_head(core, j, b, now)
+        if step == STOP:
+            return 0
+        if step == RESERVE:
+            _try_reserve(core, j, now)
+    return -1
+
+
+@njit(cache=True)
+def _end_cycle(core):
+    """The cycle's reservations and retirements end with it; with static keys, the order
+    classes whose head changed move it in the sorted heads (kept as they were during the
+    visit, which read them in order)."""
+    cyc, loop, jobs = core.visit.counts[0], core.out.counts[0], core.jobs
+    if cyc.n_res:
+        caps, base, nodes = core.caps, core.cluster.base, core.cluster.nodes
+        for g in range(len(nodes)):
+            caps.covered[g] = False
+            if caps.when[g] < INF:
+                caps.when[g] = INF
+                for t in range(nodes[g]):
+                    i = base[g] + t
+                    caps.whole[i] = BIG
+                    caps.cpus[i] = BIG
+                    caps.mem[i] = BIG
+                    caps.blocked[i] = False
+    core.visit.dead[:] = False
+    core.visit.rec_head[:] = -1
+    core.visit.in_order[:] = 0
+    core.visit.first_seen[:] = False
+    touched, head_before, touched_list, head = (
+        core.queue.touched,
+        core.queue.head_before,
+        core.queue.touched_list,
+        core.queue.head,
+    )
+    for a in range(cyc.n_touched):
+        b = touched_list[a]
+        touched[b] = False
+        before = head_before[b]
+        after = head[b]
+        if before != after:
+            if before >= 0:
+                loop.n_sorted = _sorted_remove(core.queue.sorted, loop.n_sorted, jobs[before].key, before)
+            if after >= 0:
+                loop.n_sorted = _sorted_insert(core.queue.sorted, loop.n_sorted, jobs[after].key, after, b)
+
+
+@njit(cache=True)
+def _cycle(core, now, handle):
+    """One scheduling cycle (``Simulator.run``'s ``cycle``); returns whether it left every
+    queued job unable to start on the free state (the next event may then skip a cycle)."""
+    cyc = core.visit.counts[0]
+    result = _precheck(core)  # all_blocked of this cycle, once known (0/1)
+    if result < 0:
+        _keys(core, now, handle)
+        _list_heads(core, now)
+        cyc.n_res = 0
+        cyc.soft = False
+        cyc.n_rec = 0
+        cyc.n_touched = 0
+        result = _visit(core, now)
+        _end_cycle(core)
+        if result < 0:
+            loop = core.out.counts[0]
+            result = 1 if (loop.n_queued == 0 or (core.cfg.mode != M_NONE and not cyc.soft)) else 0
+    return result == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# EASY reservations
+
+
+@njit(cache=True)
+def _copy_to_scratch(core, gc):
+    """Copy the free state of the groups of class gc to the scratch state (marking them in
+    ``caps.in_set``); returns the fewest GPUs per node among them."""
+    cl, free, sc = core.cluster, core.free, core.scratch
+    track = cl.track
+    minG = 1 << 60
+    for q in range(cl.class_ptr[gc], cl.class_ptr[gc + 1]):
+        g = cl.class_groups[q]
+        minG = min(minG, cl.gpus[g])
+        core.caps.in_set[g] = True
+        for t in range(cl.nodes[g]):
+            i = cl.base[g] + t
+            sc.whole[i] = free.whole[i]
+            sc.cpus[i] = free.cpus[i]
+            sc.mem[i] = free.mem[i]
+            if track[g]:
+                sc.top_share[i] = free.top_share[i]
+                for b in range(cl.gpus[g]):
+                    sc.gpu_milli[i, b] = free.gpu_milli[i, b]
+        for v in range(free.hist.shape[1]):
+            sc.hist[g, v] = free.hist[g, v]
+        sc.group_whole[g] = free.group_whole[g]
+    return minG
+
+
+@njit(cache=True)
+def _replay(core, j, minG):
+    """Release the running jobs of j's groups in (estimated end, job) order on the scratch state
+    until j fits there (the fit tests of the Python replay first: a release can only make room
+    where it released something). Returns (group, node count, position in the estimated-end
+    order of the release that made room), or (-1, 0, ...) when j never fits."""
+    job = core.jobs[j]
+    sc, cfg = core.scratch, core.cfg
+    group, nodes_used, by_est = core.out.group, core.out.nodes_used, core.by_est.job
+    in_set, track, gpus_of = core.caps.in_set, core.cluster.track, core.cluster.gpus
+    a_ptr, p_node = core.allocs.ptr, core.allocs.node
+    need, m, c, mm = job.gpus, job.milli, job.cpus, job.mem
+    single = need > 0 and (m < 1000 or need <= minG)
+    node_test = single and m == 1000 and cfg.slack == 0
+    share_test = need > 0 and m < 1000
+    n_running = core.out.counts[0].n_running
+    for s in range(n_running):
+        r = by_est[s]
+        g = group[r]
+        if not in_set[g]:
+            continue
+        p0 = a_ptr[r]
+        rc = nodes_used[r]
+        _take(core, sc, r, 1)
+        if node_test:
+            ok = False
+            for z in range(rc):
+                i = p_node[p0 + z]
+                if sc.whole[i] >= need and sc.cpus[i] >= c and sc.mem[i] >= mm:
+                    ok = True
+                    break
+            if not ok:
+                continue
+        elif share_test:
+            # a share fits only where a release left room on one GPU (nothing fit before)
+            ok = False
+            if track[g]:
+                for z in range(rc):
+                    i = p_node[p0 + z]
+                    if sc.top_share[i] >= m and sc.cpus[i] >= c and sc.mem[i] >= mm:
+                        ok = True
+                        break
+            if not ok:
+                continue
+        elif (
+            need
+            and m == 1000
+            and _top_from_hist(sc.hist, g, _nodes_needed(need, gpus_of[g]) + cfg.slack) < need
+        ):
+            continue
+        found_g, cnt = _place(core, job, core.caps.never, sc)
+        if found_g >= 0:
+            return found_g, cnt, s
+    return -1, 0, n_running
+
+
+@njit(cache=True)
+def _reserve(core, j, now):
+    """``Simulator``'s ``replay``: release the running jobs in (estimated end, job) order on a
+    scratch copy of j's groups until j fits (``_replay``); record the plan's caps and time in
+    ``core.caps`` (nothing when j never fits). Later jobs may take on the plan's nodes only what
+    leaves the plan room at its time (``cap_plan``)."""
+    cl, sc, caps, buf, out = core.cluster, core.scratch, core.caps, core.buf, core.out
+    gc = core.jobs[j].gclass
+    minG = _copy_to_scratch(core, gc)
+    g, cnt, s_fit = _replay(core, j, minG)
+    for q in range(cl.class_ptr[gc], cl.class_ptr[gc + 1]):
+        caps.in_set[cl.class_groups[q]] = False
+    if g < 0:
+        return
+    when = max(core.by_est.key[s_fit], now)
+    frac = buf.shared[0]
+    if not cl.track[g]:
+        # pins and caps read the group's state at ``when``: every running job whose estimated
+        # end is up to then released (``Simulator``'s ``at_time``)
+        for s in range(s_fit + 1, out.counts[0].n_running):
+            if core.by_est.key[s] > when:
+                break
+            r = core.by_est.job[s]
+            if out.group[r] == g:
+                _take(core, sc, r, 1)
+        _repin(core, g, cnt)
+    for t in range(cl.nodes[g]):
+        i = cl.base[g] + t
+        caps.whole[i] = BIG
+        caps.cpus[i] = BIG
+        caps.mem[i] = BIG
+        caps.blocked[i] = False
+    for z in range(cnt):
+        i = buf.node[z]
+        extra = 1 if frac >= 0 and cl.track[g] and sc.gpu_milli[i, frac] == 1000 else 0
+        caps.whole[i] = sc.whole[i] - buf.whole[z] - extra
+        caps.cpus[i] = sc.cpus[i] - buf.cpus[z]
+        caps.mem[i] = sc.mem[i] - buf.mem[z]
+        caps.blocked[i] = True
+    caps.when[g] = when
+
+
+@njit(cache=True)
+def _overlap(i, w, c, free, sc):
+    """What a take of w GPUs (c CPUs when w is 0) on node i overlaps of the node's free now."""
+    if w:
+        return max(0, w - (sc.whole[i] - free.whole[i]))
+    return max(0, c - (sc.cpus[i] - free.cpus[i]))
+
+
+@njit(cache=True)
+def _repin(core, g, cnt):
+    """``shared.sim.pinning.repin`` on the plan ``buf.node[:cnt]`` (takes ``buf.whole``,
+    ``buf.cpus``, ``buf.mem``) of group g, in place: ``core.free`` holds the free state now,
+    ``core.scratch`` the state at the reservation time.
+
+    Only a node that running jobs release something on by then can have less overlap than a plan
+    node (elsewhere a take overlaps in full), so candidates are listed once, in id order, and a
+    candidate with no overlap ends a search (nothing beats it, and it has the lowest id)."""
+    onode, ow, oc, om = core.buf.node, core.buf.whole, core.buf.cpus, core.buf.mem
+    free, sc = core.free, core.scratch
+    base = core.cluster.base[g]
+    n = core.cluster.nodes[g]
+    span = free.whole.shape[0] + 1
+    keys = np.empty(cnt, dtype=np.int64)
+    worst = 0
+    for z in range(cnt):
+        ov = _overlap(onode[z], ow[z], oc[z], free, sc)
+        worst = max(worst, ov)
+        keys[z] = ov * span + onode[z]
+    if worst == 0:
+        return
+    visit = np.argsort(-keys)  # overlap, largest first, then the highest id (keys are distinct)
+    mark = np.zeros(n, dtype=np.bool_)
+    for y in range(cnt):
+        mark[onode[y] - base] = True
+    cand = np.empty(n, dtype=np.int64)
+    n_cand = 0
+    for t in range(n):
+        i = base + t
+        if sc.whole[i] > free.whole[i] or sc.cpus[i] > free.cpus[i]:
+            cand[n_cand] = i
+            n_cand += 1
+    for v in range(cnt):
+        z = visit[v]
+        ov = _overlap(onode[z], ow[z], oc[z], free, sc)
+        if ov == 0:
+            break
+        w, c, m = ow[z], oc[z], om[z]
+        best_ov = ov
+        best_i = -1
+        for q in range(n_cand):
+            i = cand[q]
+            if mark[i - base]:
+                continue
+            if sc.whole[i] >= w and sc.cpus[i] >= c and sc.mem[i] >= m:
+                o = _overlap(i, w, c, free, sc)
+                if o < best_ov:
+                    best_ov = o
+                    best_i = i
+                    if o == 0:
+                        break
+        if best_i >= 0:
+            mark[onode[z] - base] = False
+            mark[best_i - base] = True
+            onode[z] = best_i
+
+
+# ----------------------------------------------------------------------------------------------
+# the event loop
+
+
+#: the callbacks of the runs in progress that ask Python for keys, by handle (``_call_back``)
 _ASKING: dict[int, Callable[[], None]] = {}
 _HANDLES = itertools.count(1)
 
@@ -777,914 +1685,160 @@ def _ask(handle: int) -> None:
 
 
 @njit(cache=True)
-def _call_back(handle):
-    """``_ask(handle)`` in object mode, in a function of its own. Why not inline in ``simulate``:
-    numba hands an object-mode block its lifted code as a pickle, copied into a new bytes object
-    at every entry, and the pickle of a block lifted from ``simulate`` is about 0.5 MB (the big
-    function's bytecode and constants), 10-30 us a call: most of a training decision's time in
-    the loop. Lifted from this function it is a few kB."""
-    with objmode():
-        _ask(handle)
+def _entries(n):
+    """Room for n (key, job, class) entries."""
+    return Entries(np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64))
 
 
 @njit(cache=True)
-def simulate(
-    jf,
-    ji,
-    lo,
-    hi,
-    cg_ptr,
-    cg_idx,
-    gbase,
-    gn,
-    gG,
-    gcpu,
-    gmem,
-    track,
-    b_ptr,
-    b_jobs,
-    b_of_pos,
-    shape_gpus,
-    shape_milli,
-    shape_gclass,
-    shape_min_cpu,
-    shape_min_mem,
-    n_shapes,
-    kind,
-    mode,
-    best,
-    slack,
-    max_res,
-    mf,
-    n_users,
-    pool_ptr,
-    head_chunk,
-    out,
-    ext,
-    handle,
-):
-    """Simulate jobs lo..hi-1 (see the module docstring) into ``out`` (``run._Prepared``).
-
-    With ``kind == P_EXTERNAL``, at every cycle that orders the queue it lists the queued jobs
-    in ``ext`` (their indices in arrival order, the clock, the starts and ends since the last
-    call, and the running jobs sorted by estimated end) and calls back into Python (``_ask``,
-    the callback registered under ``handle``), which writes their keys into ``jf[:, F_EXT]``;
-    an exception there ends the run and propagates. Where the caller gave static keys for it
-    (``xs[4]``: in ``jf[:, F_KEY]``), a cycle before ``xf[1]`` or with one queued job takes
-    those instead of asking (``_call_back``: object mode costs about a microsecond per call; a
-    generator instead doubled the compile time of this function)."""
-    start, end, nodes_used, job_group, job_frac, p_node, p_w, p_mask, tl_t, tl_busy, tl_q, stats, S_out = out
-    xq, xs, xf, ev_j, ev_t, xr_job, xr_group, xr_end = ext
-    external = kind == P_EXTERNAL
-    n = jf.shape[0]
-    ng = len(gn)
-    N = gbase[ng - 1] + gn[ng - 1]
-    Gmax = 0
+def _new_core(jobs, cluster, shapes, orders, cfg, fair, free, allocs, out, ext):
+    """The run's ``Core``: the records ``run`` built, and the loop's own state, allocated here
+    (the idle cluster in ``free`` and its scratch copy, the reservations' caps, the placer's
+    buffers, the completion heap and the estimated-end order, the queue by order class, and the
+    cycle's scratch)."""
+    n = len(jobs)
+    cl = cluster
+    ng = len(cl.nodes)
     for g in range(ng):
-        Gmax = max(Gmax, gG[g])
-    W, C, M, MF = S_out
-    hist = np.zeros((ng, Gmax + 1), np.int64)
-    freew = np.zeros(ng, np.int64)
-    GF = np.full((N, max(Gmax, 1)), 1000, np.int64)
-    for g in range(ng):
-        for t in range(gn[g]):
-            i = gbase[g] + t
-            W[i] = gG[g]
-            C[i] = gcpu[g]
-            M[i] = gmem[g]
-            MF[i] = 1000 if gG[g] else 0
-        hist[g, gG[g]] = gn[g]
-        freew[g] = gn[g] * gG[g]
-    geo = (gbase, gn, gG, track)
-    S = (W, C, M, hist, freew, GF, MF)
-    SS = (W.copy(), C.copy(), M.copy(), hist.copy(), freew.copy(), GF.copy(), MF.copy())
-    caps = (
+        for t in range(cl.nodes[g]):
+            i = cl.base[g] + t
+            free.whole[i] = cl.gpus[g]
+            free.cpus[i] = cl.cpus[g]
+            free.mem[i] = cl.mem[g]
+            free.top_share[i] = 1000 if cl.gpus[g] else 0
+        free.hist[g, cl.gpus[g]] = cl.nodes[g]
+        free.group_whole[g] = cl.nodes[g] * cl.gpus[g]
+    N = len(free.whole)
+    scratch = Free(
+        free.whole.copy(),
+        free.cpus.copy(),
+        free.mem.copy(),
+        free.hist.copy(),
+        free.group_whole.copy(),
+        free.gpu_milli.copy(),
+        free.top_share.copy(),
+    )
+    caps = Caps(
         np.full(N, BIG, np.int64),
         np.full(N, BIG, np.int64),
         np.full(N, BIG, np.int64),
         np.zeros(N, np.bool_),
+        np.full(ng, INF),
+        np.zeros(ng, np.bool_),
+        np.zeros(ng, np.bool_),
+        np.zeros(ng, np.bool_),
+        np.zeros(ng, np.bool_),
     )
-    capw, capc, capm, capblk = caps
-    res_when = np.full(ng, INF)
-    covered = np.zeros(ng, np.bool_)
-    capflag = np.zeros(ng, np.bool_)
-    noflag = np.zeros(ng, np.bool_)
-    ingset = np.zeros(ng, np.bool_)
-    gpart = np.zeros(ng, np.int64)
-    maxspan = 1
-    for g in range(ng):
-        maxspan = max(maxspan, gn[g])
-    buf = (
-        np.empty(maxspan, np.int64),  # 0 usable
-        np.empty(maxspan, np.int64),  # 1 order of a gang walk
-        np.empty(maxspan, np.int64),  # 2-6 a gang: nodes, GPUs, CPUs, memory, GPU masks
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),  # 7-11 the placement: nodes, GPUs, CPUs, memory, GPU masks
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.empty(maxspan, np.int64),
-        np.full(1, -1, np.int64),  # 12 the shared GPU of a fractional placement
-        np.empty(ng + 1, np.int64),  # 13 groups left for a whole free GPU (fractional)
+    span = max(1, cl.nodes.max())
+    buf = Buffers(
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.empty(span, np.int64),
+        np.full(1, -1, np.int64),
+        np.empty(ng + 1, np.int64),
     )
-    onode, ow, oc, om = buf[7], buf[8], buf[9], buf[10]
-
-    queued = np.zeros(n, np.bool_)
-    shape_count = np.zeros(n_shapes, np.int64)
-    st = (start, end, nodes_used, job_group, job_frac, queued, shape_count)
-    a_ptr = pool_ptr
-    pool_len = pool_ptr[n]
-    pool = (a_ptr, p_node, p_w, np.empty(pool_len, np.int64), np.empty(pool_len, np.int64), p_mask)
-    p_c, p_m = pool[3], pool[4]
-    # completions: a heap on (true end, job); running jobs sorted by (estimated end, job);
-    # ctr = [completions, running, classes with a head]
-    run = (
-        np.empty(n + 1),
-        np.empty(n + 1, np.int64),
-        np.empty(n + 1, np.int64),
-        np.empty(n + 1),
-        np.empty(n + 1, np.int64),
-        np.zeros(3, np.int64),
+    nb = len(orders.ptr) - 1
+    n_shapes = len(shapes.gpus)
+    queue = Queue(
+        np.zeros(n, np.bool_),
+        np.zeros(n_shapes, np.int64),
+        np.zeros(n_shapes, np.int64),
+        orders.ptr[:-1].copy(),
+        np.full(nb, -1, np.int64),
+        np.empty(nb, np.int64),
+        np.full(nb, -1, np.int64),
+        _entries(nb + 1),
+        np.zeros(nb, np.bool_),
+        np.empty(nb, np.int64),
+        np.empty(nb, np.int64),
     )
-    ek, ej, eb, rk, rj, ctr = run
+    n_gc = len(cl.class_ptr) - 1
+    visit = Visit(
+        np.zeros(1, CYCLE),
+        np.zeros(n_shapes, np.bool_),
+        np.zeros(n_shapes, np.bool_),
+        np.zeros(n_shapes, np.int64),
+        np.full(n_shapes, -1, np.int64),
+        np.empty(n + 8, np.int64),
+        np.empty(n + 8, np.int64),
+        np.empty(n + 8, np.int64),
+        np.empty(n + 8),
+        np.full(n_gc, INF),
+        np.full(n_gc, -1, np.int64),
+        np.zeros(n_gc, np.bool_),
+        _entries(n + nb + 8),
+        _entries(nb + 1),
+        _entries(nb + 1),
+        np.zeros(ng, np.int64),
+    )
+    by_est = Entries(np.empty(n + 1), np.empty(n + 1, np.int64), np.empty(0, np.int64))
+    ends = _entries(n + 1)
+    return Core(
+        jobs,
+        cl,
+        shapes,
+        orders,
+        cfg,
+        fair,
+        free,
+        scratch,
+        caps,
+        buf,
+        allocs,
+        out,
+        ends,
+        by_est,
+        queue,
+        visit,
+        ext,
+    )
 
-    # order classes: per class its jobs in arrival order (b_jobs[b_ptr[b]:b_ptr[b + 1]]),
-    # the position of its first queued job and the head itself (-1: none queued)
-    nb = len(b_ptr) - 1
-    bpos = b_ptr[:-1].copy()
-    bhead = np.full(nb, -1, np.int64)
-    act = np.empty(nb, np.int64)  # classes with a head
-    act_at = np.full(nb, -1, np.int64)
-    bk = (b_ptr, b_jobs, bpos, bhead, act, act_at)
-    # static keys: the heads kept sorted by (key, job) between cycles (the Python loop's
-    # ``Heads``), so that a cycle reads them in order instead of keying and heapifying them all;
-    # starts in a cycle update them when it ends (touched classes and their heads before it)
-    static = kind == P_STATIC
-    sk = np.empty(nb + 1)
-    sj = np.empty(nb + 1, np.int64)
-    sb = np.empty(nb + 1, np.int64)
-    ns = 0
-    shape_heads = np.zeros(n_shapes, np.int64)  # classes with a head, per shape
-    touched_b = np.zeros(nb, np.bool_)
-    orig_head = np.empty(nb, np.int64)
-    touched_list = np.empty(nb, np.int64)
-    first_seen = np.zeros(len(cg_ptr) - 1, np.bool_)
 
-    # per-cycle scratch
-    blocked = np.zeros(n_shapes, np.bool_)
-    dead = np.zeros(n_shapes, np.bool_)
-    in_order = np.zeros(n_shapes, np.int64)  # entries of the order per shape
-    rec_head = np.full(n_shapes, -1, np.int64)
-    rec_next = np.empty(n + 8, np.int64)
-    rec_c = np.empty(n + 8, np.int64)
-    rec_m = np.empty(n + 8, np.int64)
-    rec_t = np.empty(n + 8)
-    gfirst_k = np.full(len(cg_ptr) - 1, INF)
-    gfirst_j = np.full(len(cg_ptr) - 1, -1, np.int64)
-    hk = np.empty(n + nb + 8)
-    hj = np.empty(n + nb + 8, np.int64)
-    hb = np.empty(n + nb + 8, np.int64)
-    # clock-dependent keys: every head keyed (ck/cj/cb), put on the visit heap in chunks (bound:
-    # the largest (key, job) listed so far and whether any is); selk/selj/selb select a chunk
-    ck = np.empty(nb + 1)
-    cj = np.empty(nb + 1, np.int64)
-    cb = np.empty(nb + 1, np.int64)
-    bound = np.zeros(3)
-    selk = np.empty(nb + 1)
-    selj = np.empty(nb + 1, np.int64)
-    selb = np.empty(nb + 1, np.int64)
+@njit(cache=True)
+def simulate(jobs, cluster, shapes, orders, cfg, fair, free, allocs, out, ext, handle):
+    """Simulate the run's jobs (``records``; built by ``run._Prepared``) into ``out``, ``allocs``
+    and ``free``: at each event time (the next arrival or true end), completions, arrivals, and a
+    scheduling cycle unless a shortcut of the Python loop shows it would change nothing.
 
-    usage = np.zeros(n_users)
-    running = np.zeros(n_users)
-    fsw = np.zeros(n_users)
-    fs_version = -1.0
-
-    n_tl = 0
-    n_ev = 0  # starts and ends since the last call (an external policy tracks running jobs)
-    busy_milli = 0
-    cycles = 0
-    nq = 0
-    all_blocked = False
-    error = 0
-    i = lo
-
+    With ``cfg.kind == P_EXTERNAL``, at every cycle that orders the queue it lists the queued
+    jobs in ``ext`` (their indices in arrival order, the clock, the starts and ends since the
+    last call, and the running jobs sorted by estimated end) and calls back into Python (the
+    callback registered under ``handle``), which writes their keys into ``jobs.ext_key``; an
+    exception there ends the run and propagates (``_keys``)."""
+    core = _new_core(jobs, cluster, shapes, orders, cfg, fair, free, allocs, out, ext)
+    loop = out.counts[0]
+    n = len(jobs)
+    loop.next_job = 0
     while True:
-        t_arr = jf[i, F_SUBMIT] if i < hi else INF
-        t_end = ek[0] if ctr[0] else INF
+        t_arr = jobs[loop.next_job].submit if loop.next_job < n else INF
+        t_end = core.ends.key[0] if loop.n_ends else INF
         now = t_arr if t_arr < t_end else t_end
         if now == INF:
             break
-        released = False
-        while ctr[0] and ek[0] <= now:
-            ctr[0] = _hpop(ek, ej, eb, ctr[0])
-            r = ej[ctr[0]]
-            g = job_group[r]
-            p0 = a_ptr[r]
-            cnt = nodes_used[r]
-            frac = job_frac[r]
-            _take(
-                g,
-                cnt,
-                p_node[p0:],
-                p_w[p0:],
-                p_c[p0:],
-                p_m[p0:],
-                p_mask[p0:],
-                frac,
-                ji[r, I_MILLI],
-                geo,
-                S,
-                1,
-            )
-            for z in range(cnt):
-                busy_milli -= p_w[p0 + z] * 1000
-            if frac >= 0:
-                busy_milli -= ji[r, I_MILLI]
-            # drop r from the estimated-end order
-            e_r = start[r] + jf[r, F_EST]
-            rn = ctr[1]
-            lo_s = 0
-            hi_s = rn
-            while lo_s < hi_s:
-                mid = (lo_s + hi_s) >> 1
-                if _less(rk[mid], rj[mid], e_r, r):
-                    lo_s = mid + 1
-                else:
-                    hi_s = mid
-            for s in range(lo_s, rn - 1):
-                rk[s] = rk[s + 1]
-                rj[s] = rj[s + 1]
-            ctr[1] = rn - 1
-            released = True
-            if external:
-                ev_j[n_ev] = -r - 1
-                ev_t[n_ev] = now
-                n_ev += 1
-                running_remove(xr_job, xr_group, xr_end, xs[2], r + xs[3], e_r)
-                xs[2] -= 1
-            if kind == P_MULTIFACTOR:
-                _advance(mf, usage, running, now)
-                running[ji[r, I_USER]] -= jf[r, F_DEMAND]
-        first_new = i
-        while i < hi and jf[i, F_SUBMIT] <= now:
-            queued[i] = True
-            nq += 1
-            shape_count[ji[i, I_SHAPE]] += 1
-            b = ji[i, I_BUCKET]
-            if bhead[b] < 0:
-                bhead[b] = i
-                act[ctr[2]] = b
-                act_at[b] = ctr[2]
-                ctr[2] += 1
-                shape_heads[ji[i, I_SHAPE]] += 1
-                if static:
-                    ns = _sorted_insert(sk, sj, sb, ns, jf[i, F_KEY], i, b)
-            i += 1
-
-        do_cycle = False
-        if nq == 1 and i - first_new == 1:
-            # the queue is one new arrival: a cycle would try it alone, with no reservation
-            j = first_new
-            g, cnt = _place(
-                ji[j, I_GPUS],
-                ji[j, I_MILLI],
-                ji[j, I_CPU],
-                ji[j, I_MEM],
-                ji[j, I_GCLASS],
-                cg_ptr,
-                cg_idx,
-                noflag,
-                best,
-                slack,
-                geo,
-                S,
-                caps,
-                buf,
-            )
-            if g >= 0:
-                b = ji[j, I_BUCKET]
-                before = bhead[b]
-                busy_milli += _start(j, g, cnt, now, i, jf, ji, geo, S, buf, st, run, pool, bk)
-                nq -= 1
-                after = bhead[b]
-                if before >= 0 and after < 0:
-                    shape_heads[ji[j, I_SHAPE]] -= 1
-                if static and before != after:
-                    if before >= 0:
-                        ns = _sorted_remove(sk, sj, sb, ns, jf[before, F_KEY], before)
-                    if after >= 0:
-                        ns = _sorted_insert(sk, sj, sb, ns, jf[after, F_KEY], after, b)
-                if external:
-                    n_ev = _note_start(j, g, now, jf, ext, n_ev)
-                if kind == P_MULTIFACTOR:
-                    _advance(mf, usage, running, now)
-                    running[ji[j, I_USER]] += jf[j, F_DEMAND]
-                all_blocked = True
-                cycles += 1
-            elif released or not all_blocked:
-                all_blocked = mode != M_NONE
-                cycles += 1
-        elif nq:
-            do_cycle = released or not all_blocked
-            if not do_cycle:
-                # nothing was freed and every queued job failed on the free state: only a new
-                # arrival can start
-                for k in range(first_new, i):
-                    g, cnt = _place(
-                        ji[k, I_GPUS],
-                        ji[k, I_MILLI],
-                        ji[k, I_CPU],
-                        ji[k, I_MEM],
-                        ji[k, I_GCLASS],
-                        cg_ptr,
-                        cg_idx,
-                        noflag,
-                        best,
-                        slack,
-                        geo,
-                        S,
-                        caps,
-                        buf,
-                    )
-                    if g >= 0:
-                        do_cycle = True
-                        break
-        if do_cycle:
-            cycles += 1
-            result = -1  # all_blocked of this cycle, once known (0/1)
-            # shapes whose GPUs fit nowhere (a long queue only, as the Python pre-check)
-            any_blocked = False
-            if nq > 32:
-                n_bl = 0
-                parts_known = False
-                for k in range(n_shapes):
-                    blocked[k] = False
-                    if shape_count[k] == 0:
-                        continue
-                    gp = shape_gpus[k]
-                    gc = shape_gclass[k]
-                    fits = True
-                    if gp > 0 and shape_milli[k] < 1000:
-                        if not parts_known:
-                            # the state does not change during the pre-check: once per cycle
-                            for g in range(ng):
-                                if track[g]:
-                                    _largest_partial(g, geo, GF, gpart)
-                            parts_known = True
-                        fits = _share_fits(shape_milli[k], gc, cg_ptr, cg_idx, freew, gpart)
-                    elif gp > 0:
-                        fits = False
-                        for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                            g = cg_idx[q]
-                            G = gG[g]
-                            if gp <= G and _max_whole(hist, g, G) >= gp:
-                                fits = True
-                                break
-                            if (gp > G or (slack > 0 and gp >= 2)) and freew[g] >= gp:
-                                need = -(-gp // G) if G else gn[g] + 1
-                                mx = min(need + slack, gn[g])
-                                if need <= mx and _top_from_hist(hist, g, mx) >= gp:
-                                    fits = True
-                                    break
-                    if not fits:
-                        blocked[k] = True
-                        any_blocked = True
-                        n_bl += shape_count[k]
-                if n_bl >= nq:
-                    result = 1 if mode != M_NONE else 0
-            else:
-                for k in range(n_shapes):
-                    blocked[k] = False
-            if result < 0:
-                if kind == P_MULTIFACTOR:
-                    # the Python loop computes the keys here, which advances the usage
-                    _advance(mf, usage, running, now)
-                    if mf[2] != fs_version:
-                        _fairshare(mf, usage, fsw)
-                        fs_version = mf[2]
-                elif external:
-                    # ask for the keys of the whole queue, in arrival order (every queued job
-                    # heads its own order class), as the Python loop's ``policy.keys(queue, now)``
-                    m = 0
-                    for q in range(ctr[2]):
-                        xq[m] = bhead[act[q]]
-                        m += 1
-                    xq[:m].sort()
-                    if xs[4] and (m < 2 or now < xf[1]):
-                        for e in range(m):
-                            jf[xq[e], F_EXT] = jf[xq[e], F_KEY]
-                    else:
-                        xs[0] = m
-                        xs[1] = n_ev
-                        xf[0] = now
-                        n_ev = 0
-                        _call_back(handle)
-                # the order: heads of classes of shapes that fit somewhere, and of the blocked
-                # shapes only the first (key, job) per class of eligible groups (b = -1)
-                hn = 0
-                n_all = 0
-                live = 0
-                n_touched = 0
-                for q in range(ctr[2] if not static else 0):
-                    b = act[q]
-                    j = bhead[b]
-                    kj = _key(j, now, kind, jf, ji, mf, fsw)
-                    k = ji[j, I_SHAPE]
-                    if any_blocked and blocked[k]:
-                        gc = ji[j, I_GCLASS]
-                        if gfirst_j[gc] < 0 or _less(kj, j, gfirst_k[gc], gfirst_j[gc]):
-                            gfirst_k[gc] = kj
-                            gfirst_j[gc] = j
-                        continue
-                    ck[n_all] = kj
-                    cj[n_all] = j
-                    cb[n_all] = b
-                    n_all += 1
-                    in_order[k] += 1
-                # entries left whose shape is not retired whole: the visit ends at 0 (the
-                # rest would all be passed over)
-                live += n_all
-                n_unl = 0  # entries of ck/cj/cb not yet on the visit heap
-                want = head_chunk
-                bound[2] = 0
-                if n_all > 2 * head_chunk:
-                    n_unl = n_all  # listed in doubling chunks of the smallest (key, job)
-                else:
-                    for e in range(n_all):
-                        hk[e] = ck[e]
-                        hj[e] = cj[e]
-                        hb[e] = cb[e]
-                    hn = n_all
-                if static:
-                    # the sorted heads: those of shapes that fit somewhere, and one per class
-                    # of eligible groups of the shapes that fit nowhere
-                    for k in range(n_shapes):
-                        if shape_heads[k]:
-                            if any_blocked and blocked[k]:
-                                gc = shape_gclass[k]
-                                if mode != M_GREEDY and not first_seen[gc]:
-                                    first_seen[gc] = True
-                                    live += 1
-                            else:
-                                in_order[k] = shape_heads[k]
-                                live += shape_heads[k]
-                    for gc in range(len(first_seen)):
-                        first_seen[gc] = False
-                p_s = 0
-                if any_blocked and not static:
-                    for gc in range(len(gfirst_j)):
-                        if gfirst_j[gc] >= 0:
-                            if mode != M_GREEDY:
-                                hk[hn] = gfirst_k[gc]
-                                hj[hn] = gfirst_j[gc]
-                                hb[hn] = -1
-                                hn += 1
-                                live += 1
-                            gfirst_j[gc] = -1
-                _heapify(hk, hj, hb, hn)
-                n_res = 0
-                soft = False
-                n_rec = 0
-                touched_res = 0
-                while live > 0:
-                    from_sorted = False
-                    if static:
-                        # the next sorted head, passing over blocked shapes' heads but the first
-                        # per class of eligible groups
-                        while p_s < ns:
-                            k = ji[sj[p_s], I_SHAPE]
-                            if any_blocked and blocked[k]:
-                                if mode != M_GREEDY and not first_seen[ji[sj[p_s], I_GCLASS]]:
-                                    break
-                                p_s += 1
-                                continue
-                            break
-                        from_sorted = p_s < ns and (hn == 0 or _less(sk[p_s], sj[p_s], hk[0], hj[0]))
-                    if from_sorted:
-                        j = sj[p_s]
-                        b = sb[p_s]
-                        p_s += 1
-                        if any_blocked and blocked[ji[j, I_SHAPE]]:
-                            first_seen[ji[j, I_GCLASS]] = True
-                            b = -1
-                    else:
-                        if n_unl and (hn == 0 or bound[2] == 0 or _less(bound[0], bound[1], hk[0], hj[0])):
-                            hn, got = _list_more(
-                                ck, cj, cb, n_all, bound, want, hk, hj, hb, hn, selk, selj, selb
-                            )
-                            n_unl -= got
-                            want *= 2
-                        hn = _hpop(hk, hj, hb, hn)
-                        j = hj[hn]
-                        b = hb[hn]
-                    gc = ji[j, I_GCLASS]
-                    do_reserve = False
-                    if b < 0:
-                        # the first job of a group class whose shape fits nowhere
-                        live -= 1
-                        if mode == M_NONE:
-                            result = 0
-                            break
-                        do_reserve = True
-                    else:
-                        k = ji[j, I_SHAPE]
-                        in_order[k] -= 1
-                        if dead[k]:
-                            continue
-                        live -= 1
-                        e_j = jf[j, F_EST]
-                        c_j = ji[j, I_CPU]
-                        m_j = ji[j, I_MEM]
-                        retired = False
-                        r_ = rec_head[k]
-                        while r_ >= 0:
-                            if c_j >= rec_c[r_] and m_j >= rec_m[r_] and e_j > rec_t[r_]:
-                                retired = True
-                                break
-                            r_ = rec_next[r_]
-                        if retired:
-                            continue  # and with it the rest of its class
-                        finish = now + e_j
-                        any_cap = False
-                        for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                            g = cg_idx[q]
-                            f = finish > res_when[g]
-                            capflag[g] = f
-                            any_cap = any_cap or f
-                        g, cnt = _place(
-                            ji[j, I_GPUS],
-                            ji[j, I_MILLI],
-                            c_j,
-                            m_j,
-                            gc,
-                            cg_ptr,
-                            cg_idx,
-                            capflag,
-                            best,
-                            slack,
-                            geo,
-                            S,
-                            caps,
-                            buf,
-                        )
-                        push_next = False
-                        if g >= 0:
-                            if capflag[g]:
-                                extra = 1 if buf[12][0] >= 0 else 0
-                                for z in range(cnt):
-                                    nd = onode[z]
-                                    capw[nd] -= ow[z] + extra
-                                    capc[nd] -= oc[z]
-                                    capm[nd] -= om[z]
-                            for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                                capflag[cg_idx[q]] = False
-                            before = bhead[b]
-                            busy_milli += _start(j, g, cnt, now, i, jf, ji, geo, S, buf, st, run, pool, bk)
-                            nq -= 1
-                            if before >= 0 and bhead[b] < 0:
-                                shape_heads[k] -= 1
-                            if static and not touched_b[b]:
-                                touched_b[b] = True
-                                orig_head[b] = before
-                                touched_list[n_touched] = b
-                                n_touched += 1
-                            if external:
-                                n_ev = _note_start(j, g, now, jf, ext, n_ev)
-                            if kind == P_MULTIFACTOR:
-                                _advance(mf, usage, running, now)
-                                running[ji[j, I_USER]] += jf[j, F_DEMAND]
-                            push_next = True
-                        else:
-                            if mode == M_NONE:
-                                for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                                    capflag[cg_idx[q]] = False
-                                result = 0
-                                break
-                            if any_cap:
-                                soft = True
-                                thr = -INF
-                                for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                                    g2 = cg_idx[q]
-                                    if capflag[g2]:
-                                        thr = max(thr, res_when[g2])
-                                        capflag[g2] = False
-                                thr -= now
-                            else:
-                                thr = -INF
-                                if mode == M_EASY:
-                                    do_reserve = True
-                            if not any_cap and c_j <= shape_min_cpu[k] and m_j <= shape_min_mem[k]:
-                                dead[k] = True  # the failure retires its whole shape
-                                live -= in_order[k]
-                            else:
-                                rec_c[n_rec] = c_j
-                                rec_m[n_rec] = m_j
-                                rec_t[n_rec] = thr
-                                rec_next[n_rec] = rec_head[k]
-                                rec_head[k] = n_rec
-                                n_rec += 1
-                                push_next = not (e_j > thr)
-                        if push_next:
-                            # the next queued job of j's order class
-                            h = b_of_pos[j] + 1
-                            while h < b_ptr[b + 1] and b_jobs[h] < i and not queued[b_jobs[h]]:
-                                h += 1
-                            if h < b_ptr[b + 1] and b_jobs[h] < i:
-                                j2 = b_jobs[h]
-                                hn = _hpush(hk, hj, hb, hn, _key(j2, now, kind, jf, ji, mf, fsw), j2, b)
-                                in_order[ji[j2, I_SHAPE]] += 1
-                                live += 1
-                    if do_reserve:
-                        # try_reserve(j): one reservation per pool of groups, up to max_res
-                        free_pool = n_res < max_res
-                        if free_pool:
-                            for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                                if covered[cg_idx[q]]:
-                                    free_pool = False
-                                    break
-                        if free_pool:
-                            n_res += 1
-                            touched_res += 1
-                            for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-                                covered[cg_idx[q]] = True
-                            _reserve(
-                                j,
-                                now,
-                                jf,
-                                ji,
-                                cg_ptr,
-                                cg_idx,
-                                geo,
-                                S,
-                                SS,
-                                caps,
-                                res_when,
-                                ingset,
-                                noflag,
-                                best,
-                                slack,
-                                run,
-                                pool,
-                                st,
-                                buf,
-                            )
-                # the cycle's reservations and retirements end with it
-                if touched_res:
-                    for g in range(ng):
-                        covered[g] = False
-                        if res_when[g] < INF:
-                            res_when[g] = INF
-                            for t in range(gn[g]):
-                                capw[gbase[g] + t] = BIG
-                                capc[gbase[g] + t] = BIG
-                                capm[gbase[g] + t] = BIG
-                                capblk[gbase[g] + t] = False
-                for k in range(n_shapes):
-                    dead[k] = False
-                    rec_head[k] = -1
-                    in_order[k] = 0
-                for gc in range(len(first_seen)):
-                    first_seen[gc] = False
-                for q in range(n_touched):
-                    b = touched_list[q]
-                    touched_b[b] = False
-                    before = orig_head[b]
-                    after = bhead[b]
-                    if before != after:
-                        if before >= 0:
-                            ns = _sorted_remove(sk, sj, sb, ns, jf[before, F_KEY], before)
-                        if after >= 0:
-                            ns = _sorted_insert(sk, sj, sb, ns, jf[after, F_KEY], after, b)
-                if result < 0:
-                    result = 1 if (nq == 0 or (mode != M_NONE and not soft)) else 0
-            all_blocked = result == 1
-        tl_t[n_tl] = now
-        tl_busy[n_tl] = busy_milli / 1000
-        tl_q[n_tl] = nq
-        n_tl += 1
-        if ctr[0] == 0 and i >= hi and nq:
-            error = nq
+        released = _complete(core, now)
+        first_new = loop.next_job
+        _arrive(core, now)
+        if loop.n_queued == 1 and loop.next_job - first_new == 1:
+            _lone_arrival(core, first_new, now, released)
+        elif loop.n_queued and (released or not loop.all_blocked or _arrival_fits(core, first_new)):
+            # (with nothing freed and every queued job failing on the free state at the last
+            # cycle, only a new arrival can start)
+            loop.cycles += 1
+            loop.all_blocked = _cycle(core, now, handle)
+        k = loop.n_timeline
+        out.timeline_t[k] = now
+        out.timeline_busy[k] = loop.busy_milli / 1000
+        out.timeline_queued[k] = loop.n_queued
+        loop.n_timeline = k + 1
+        if loop.n_ends == 0 and loop.next_job >= n and loop.n_queued:
+            loop.error = loop.n_queued
             break
-
-    stats[0] = cycles
-    stats[1] = error
-    stats[2] = n_tl
-
-
-@njit(cache=True)
-def _reserve(
-    j,
-    now,
-    jf,
-    ji,
-    cg_ptr,
-    cg_idx,
-    geo,
-    S,
-    SS,
-    caps,
-    res_when,
-    ingset,
-    noflag,
-    best,
-    slack,
-    run,
-    pool,
-    st,
-    buf,
-):
-    """``Simulator``'s ``replay``: release the running jobs in (estimated end, job) order on a
-    scratch copy of j's groups until j fits; record the plan's caps and time in ``caps`` and
-    ``res_when`` (nothing when j never fits)."""
-    gbase, gn, gG, track = geo
-    W, C, M, hist, freew, GF, MF = S
-    SW, SC, SM, shist, sfree, SGF, SMF = SS
-    capw, capc, capm, capblk = caps
-    rk, rj, ctr = run[3], run[4], run[5]
-    a_ptr, p_node = pool[0], pool[1]
-    nodes_used, job_group = st[2], st[3]
-    onode, ow, oc, om = buf[7], buf[8], buf[9], buf[10]
-    gc = ji[j, I_GCLASS]
-    need = ji[j, I_GPUS]
-    m = ji[j, I_MILLI]
-    c = ji[j, I_CPU]
-    mm = ji[j, I_MEM]
-    minG = 1 << 60
-    for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-        g = cg_idx[q]
-        minG = min(minG, gG[g])
-        ingset[g] = True
-        for t in range(gn[g]):
-            i = gbase[g] + t
-            SW[i] = W[i]
-            SC[i] = C[i]
-            SM[i] = M[i]
-            if track[g]:
-                SMF[i] = MF[i]
-                for b in range(gG[g]):
-                    SGF[i, b] = GF[i, b]
-        for v in range(hist.shape[1]):
-            shist[g, v] = hist[g, v]
-        sfree[g] = freew[g]
-    single = need > 0 and (m < 1000 or need <= minG)
-    node_test = single and m == 1000 and slack == 0
-    share_test = need > 0 and m < 1000
-    found_g = -1
-    cnt = 0
-    when = INF
-    s_fit = ctr[1]
-    for s in range(ctr[1]):
-        r = rj[s]
-        g = job_group[r]
-        if not ingset[g]:
-            continue
-        p0 = a_ptr[r]
-        rc = nodes_used[r]
-        _release_on(r, ji, geo, SS, st, pool)
-        if node_test:
-            ok = False
-            for z in range(rc):
-                i = p_node[p0 + z]
-                if SW[i] >= need and SC[i] >= c and SM[i] >= mm:
-                    ok = True
-                    break
-            if not ok:
-                continue
-        elif share_test:
-            # a share fits only where a release left room on one GPU (nothing fit before)
-            ok = False
-            if track[g]:
-                for z in range(rc):
-                    i = p_node[p0 + z]
-                    if SMF[i] >= m and SC[i] >= c and SM[i] >= mm:
-                        ok = True
-                        break
-            if not ok:
-                continue
-        elif need and m == 1000 and _top_from_hist(shist, g, _nodes_needed(need, gG[g]) + slack) < need:
-            continue
-        found_g, cnt = _place(need, m, c, mm, gc, cg_ptr, cg_idx, noflag, best, slack, geo, SS, caps, buf)
-        if found_g >= 0:
-            when = max(rk[s], now)
-            s_fit = s
-            break
-    for q in range(cg_ptr[gc], cg_ptr[gc + 1]):
-        ingset[cg_idx[q]] = False
-    if found_g < 0:
-        return INF
-    # cap_plan: later jobs may take on the plan's nodes only what leaves the plan room at ``when``
-    g = found_g
-    frac = buf[12][0]
-    if not track[g]:
-        # pins and caps read the group's state at ``when``: every running job whose estimated
-        # end is up to then released (``Simulator``'s ``at_time``)
-        for s in range(s_fit + 1, ctr[1]):
-            if rk[s] > when:
-                break
-            r = rj[s]
-            if job_group[r] == g:
-                _release_on(r, ji, geo, SS, st, pool)
-        _repin(g, cnt, onode, ow, oc, om, geo, S, SS)
-    for t in range(gn[g]):
-        i = gbase[g] + t
-        capw[i] = BIG
-        capc[i] = BIG
-        capm[i] = BIG
-        capblk[i] = False
-    for z in range(cnt):
-        i = onode[z]
-        extra = 1 if frac >= 0 and track[g] and SGF[i, frac] == 1000 else 0
-        capw[i] = SW[i] - ow[z] - extra
-        capc[i] = SC[i] - oc[z]
-        capm[i] = SM[i] - om[z]
-        capblk[i] = True
-    res_when[g] = when
-    return when
-
-
-@njit(cache=True)
-def _overlap(i, w, c, W, C, SW, SC):
-    """What a take of w GPUs (c CPUs when w is 0) on node i overlaps of the node's free now."""
-    if w:
-        return max(0, w - (SW[i] - W[i]))
-    return max(0, c - (SC[i] - C[i]))
-
-
-@njit(cache=True)
-def _repin(g, cnt, onode, ow, oc, om, geo, S, SS):
-    """``shared.sim.pinning.repin`` on the plan ``onode[:cnt]`` (takes ``ow``/``oc``/``om``) of
-    group g, in place: S holds the free state now, SS the state at the reservation time.
-
-    Only a node that running jobs release something on by then can have less overlap than a plan
-    node (elsewhere a take overlaps in full), so candidates are listed once, in id order, and a
-    candidate with no overlap ends a search (nothing beats it, and it has the lowest id)."""
-    gbase, gn = geo[0], geo[1]
-    W, C = S[0], S[1]
-    SW, SC, SM = SS[0], SS[1], SS[2]
-    span = W.shape[0] + 1
-    keys = np.empty(cnt, dtype=np.int64)
-    worst = 0
-    for z in range(cnt):
-        ov = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC)
-        worst = max(worst, ov)
-        keys[z] = ov * span + onode[z]
-    if worst == 0:
-        return
-    visit = np.argsort(-keys)  # overlap, largest first, then the highest id (keys are distinct)
-    mark = np.zeros(gn[g], dtype=np.bool_)
-    for y in range(cnt):
-        mark[onode[y] - gbase[g]] = True
-    cand = np.empty(gn[g], dtype=np.int64)
-    n_cand = 0
-    for t in range(gn[g]):
-        i = gbase[g] + t
-        if SW[i] > W[i] or SC[i] > C[i]:
-            cand[n_cand] = i
-            n_cand += 1
-    for v in range(cnt):
-        z = visit[v]
-        ov = _overlap(onode[z], ow[z], oc[z], W, C, SW, SC)
-        if ov == 0:
-            break
-        w, c, m = ow[z], oc[z], om[z]
-        best_ov = ov
-        best_i = -1
-        for q in range(n_cand):
-            i = cand[q]
-            if mark[i - gbase[g]]:
-                continue
-            if SW[i] >= w and SC[i] >= c and SM[i] >= m:
-                o = _overlap(i, w, c, W, C, SW, SC)
-                if o < best_ov:
-                    best_ov = o
-                    best_i = i
-                    if o == 0:
-                        break
-        if best_i >= 0:
-            mark[onode[z] - gbase[g]] = False
-            mark[best_i - gbase[g]] = True
-            onode[z] = best_i
-
-
-@njit(cache=True)
-def _release_on(r, ji, geo, SS, st, pool):
-    """Give running job r's allocation back on the scratch state SS (a reservation's replay)."""
-    a_ptr, p_node, p_w, p_c, p_m, p_mask = pool
-    p0 = a_ptr[r]
-    _take(
-        st[3][r],
-        st[2][r],
-        p_node[p0:],
-        p_w[p0:],
-        p_c[p0:],
-        p_m[p0:],
-        p_mask[p0:],
-        st[4][r],
-        ji[r, I_MILLI],
-        geo,
-        SS,
-        1,
-    )

@@ -25,6 +25,26 @@ from shared.scheduling.partition import row_classes
 from shared.scheduling.placement import BestFit, FirstFit
 from shared.scheduling.result import SimResult
 from shared.scheduling.workload_memo import per_workload
+from shared.sim.compiled.records import (
+    ASK,
+    FAIRSHARE,
+    JOB,
+    LOOP,
+    P_EXTERNAL,
+    P_MULTIFACTOR,
+    P_STATIC,
+    P_UNICEP,
+    P_WFP3,
+    Allocs,
+    Cluster,
+    Config,
+    External,
+    Fairshare,
+    Free,
+    Orders,
+    Schedule,
+    Shapes,
+)
 
 if TYPE_CHECKING:
     from shared.scheduling.binding import BoundWorkload
@@ -132,11 +152,14 @@ def run_external(
     run = _Prepared(sim, job_range, external=True)
     state = CompiledState(run)
     policy.attach(state, state.allocs)  # type: ignore[arg-type]
-    xq, xs, xf, ev_j, ev_t = run.ext[:5]
-    jf, lo = run.jf, run.lo
+    ext, lo = run.ext, run.lo
+    ev_j, ev_t = ext.event_job, ext.event_time
+    # views of the fields the loop writes (a structured field read costs more than an index)
+    n_events, queue_len, clock = ext.ask["n_events"], ext.ask["queue_len"], ext.ask["now"]
+    ext_key = run.jobs["ext_key"]
 
     def ask() -> None:
-        n_ev = int(xs[1])
+        n_ev = int(n_events[0])
         if n_ev and policy.external_changed(n_ev):
             for e in range(n_ev):
                 j, t = int(ev_j[e]), float(ev_t[e])
@@ -144,8 +167,8 @@ def run_external(
                     policy.on_start(j + lo, t)
                 else:
                     policy.on_end(-j - 1 + lo, t)
-        queue = xq[: int(xs[0])]
-        jf[queue, kernels.F_EXT] = policy.keys(queue + lo, float(xf[0]))
+        queue = ext.queue[: int(queue_len[0])]
+        ext_key[queue] = policy.keys(queue + lo, float(clock[0]))
 
     handle = kernels.asking(ask)
     try:
@@ -241,20 +264,19 @@ def _layout(w: BoundWorkload, slack: int) -> _Layout:
 
 
 class _Prepared:
-    """The compiled core's inputs for one ``Simulator.run`` (the flat arrays of the module
-    docstring of ``kernels``), its outputs, and the conversion of those into a ``SimResult``.
+    """The compiled core's inputs for one ``Simulator.run`` (the named records of ``records``:
+    the jobs, cluster, shapes, order classes, settings, multifactor state), its outputs (the
+    schedule, allocations, free state, the exchange with an external policy), and the conversion
+    of those into a ``SimResult``.
 
     The core sees only the jobs of the run's range, numbered from 0 (``lo`` is added back in
     the results and to the jobs an external policy is asked about): a window of a large trace
     costs what its jobs cost."""
 
     def __init__(self, sim: Simulator, job_range: tuple[int, int] | None, external: bool) -> None:
-        from shared.sim.compiled import kernels
-
         self.sim = sim
-        w, cfg, policy = sim.w, sim.cfg, sim.policy
-        jobs = w.jobs
-        n = len(jobs)
+        w, cfg = sim.w, sim.cfg
+        n = len(w.jobs)
         lo, hi = job_range or (0, n)
         if not 0 <= lo <= hi <= n:
             raise ValueError(f"job_range {job_range} outside 0..{n}")
@@ -262,133 +284,190 @@ class _Prepared:
         groups = w.spec.node_groups
         lay = _layout(w, cfg.node_slack)
         track = np.array([k in sim.frac_groups and g.gpus > 0 for k, g in enumerate(groups)], dtype=np.bool_)
+        self.lo, self.hi, self.track = lo, hi, track
+        self.cluster = Cluster(
+            base=lay.gbase,
+            nodes=lay.gn,
+            gpus=lay.gG,
+            cpus=lay.gcpu,
+            mem=lay.gmem,
+            track=track,
+            class_ptr=lay.cg_ptr,
+            class_groups=lay.cg_idx,
+        )
+        shapes = Shapes(
+            gpus=lay.shape_gpus,
+            milli=lay.shape_milli,
+            gclass=lay.shape_gclass,
+            min_cpus=lay.shape_min_cpu,
+            min_mem=lay.shape_min_mem,
+        )
+        self.jobs = self._job_records(external)
+        orders = self._orders(external)
+        kind, fair = self._policy_columns(external)
+        config = Config(
+            kind=kind,
+            mode=_MODES[cfg.backfill],
+            best_fit=type(sim.placer) is BestFit,
+            slack=int(cfg.node_slack),
+            max_res=int(cfg.max_reservations or 1 << 30),
+            head_chunk=HEAD_CHUNK,
+        )
+        # room for each job's allocation: the most nodes it may span in any of its groups
+        pool_ptr = np.concatenate(([0], np.cumsum(lay.span[lo:hi]))).astype(np.int64)
+        pool = int(pool_ptr[m])
+        self.allocs = Allocs(
+            ptr=pool_ptr,
+            node=np.empty(pool, np.int64),
+            whole=np.empty(pool, np.int64),
+            cpus=np.empty(pool, np.int64),
+            mem=np.empty(pool, np.int64),
+            mask=np.empty(pool, np.int64),
+        )
+        tl = 2 * m + 2
+        self.out = Schedule(
+            start=np.full(m, np.nan),
+            end=np.full(m, np.nan),
+            nodes_used=np.zeros(m, np.int64),
+            group=np.full(m, -1, np.int64),
+            shared_gpu=np.full(m, -1, np.int64),
+            timeline_t=np.empty(tl),
+            timeline_busy=np.empty(tl),
+            timeline_queued=np.empty(tl, np.int64),
+            counts=np.zeros(1, dtype=LOOP),
+        )
+        # the free state (the loop fills in the idle cluster): per node, per group, per GPU
+        n_nodes = int(lay.gn.sum())
+        g_max = int(lay.gG.max())
+        self.free = Free(
+            whole=np.empty(n_nodes, np.int64),
+            cpus=np.empty(n_nodes, np.int64),
+            mem=np.empty(n_nodes, np.int64),
+            hist=np.zeros((len(groups), g_max + 1), np.int64),
+            group_whole=np.zeros(len(groups), np.int64),
+            gpu_milli=np.full((n_nodes, max(g_max, 1)), 1000, np.int64),
+            top_share=np.empty(n_nodes, np.int64),
+        )
+        self.ext = self._external(external)
+        self._args = (
+            self.jobs,
+            self.cluster,
+            shapes,
+            orders,
+            config,
+            fair,
+            self.free,
+            self.allocs,
+            self.out,
+            self.ext,
+        )
 
-        est = sim.est[lo:hi]
-        shape = w.shape[lo:hi]
-        jf = np.zeros((m, 10), dtype=np.float64)
-        jf[:, kernels.F_SUBMIT] = jobs.submit[lo:hi]
-        jf[:, kernels.F_RUNTIME] = jobs.runtime[lo:hi]
-        jf[:, kernels.F_EST] = est
-        ji = np.zeros((m, 8), dtype=np.int64)
-        ji[:, kernels.I_GPUS] = jobs.gpus[lo:hi]
-        ji[:, kernels.I_MILLI] = jobs.gpu_milli[lo:hi]
-        ji[:, kernels.I_CPU] = jobs.cpus_milli[lo:hi]
-        ji[:, kernels.I_MEM] = jobs.mem_mib[lo:hi]
-        ji[:, kernels.I_SHAPE] = shape
-        ji[:, kernels.I_GCLASS] = w.job_class[lo:hi]
-        ji[:, kernels.I_USER] = jobs.user[lo:hi]
+    def _job_records(self, external: bool) -> np.ndarray:
+        """The run's jobs as JOB records (the policy columns follow in ``_policy_columns``)."""
+        sim, lo, hi = self.sim, self.lo, self.hi
+        w, jobs = sim.w, sim.w.jobs
+        rec = np.zeros(hi - lo, dtype=JOB)
+        rec["submit"] = jobs.submit[lo:hi]
+        rec["runtime"] = jobs.runtime[lo:hi]
+        rec["est"] = sim.est[lo:hi]
+        rec["gpus"] = jobs.gpus[lo:hi]
+        rec["milli"] = jobs.gpu_milli[lo:hi]
+        rec["cpus"] = jobs.cpus_milli[lo:hi]
+        rec["mem"] = jobs.mem_mib[lo:hi]
+        rec["shape"] = w.shape[lo:hi]
+        rec["gclass"] = w.job_class[lo:hi]
+        rec["user"] = jobs.user[lo:hi]
         if external:
             # an external policy may order the queue any way at every cycle: each job is a class
-            bucket = np.arange(m, dtype=np.int64)
-        else:
-            order_cls = policy.order_classes()
+            rec["order"] = np.arange(hi - lo, dtype=np.int64)
+        elif hi > lo:
+            order_cls = sim.policy.order_classes()
             assert order_cls is not None
-            bucket = np.zeros(0, np.int64)
-            if m:
-                cols = (jobs.cpus_milli[lo:hi], jobs.mem_mib[lo:hi], est, order_cls[lo:hi])
-                bucket = row_classes(shape, *cols)
-        ji[:, kernels.I_BUCKET] = bucket
+            cols = (jobs.cpus_milli[lo:hi], jobs.mem_mib[lo:hi], sim.est[lo:hi], order_cls[lo:hi])
+            rec["order"] = row_classes(w.shape[lo:hi], *cols)
+        return rec
+
+    def _orders(self, external: bool) -> Orders:
+        """The order classes' jobs in arrival order (CSR) and each job's place there."""
+        bucket = self.jobs["order"]
+        m = len(bucket)
         n_buckets = int(bucket.max()) + 1 if m else 0
         b_jobs = np.argsort(bucket, kind="stable").astype(np.int64)
         b_ptr = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=n_buckets)))).astype(np.int64)
         b_of_pos = np.zeros(m, dtype=np.int64)
         b_of_pos[b_jobs] = np.arange(m)
+        return Orders(ptr=b_ptr, jobs=b_jobs, pos=b_of_pos)
 
-        mf = np.zeros(8, dtype=np.float64)
+    def _policy_columns(self, external: bool) -> tuple[int, Fairshare]:
+        """The policy kind, its per-job columns of the JOB records, and the multifactor state."""
+        sim, lo, hi, rec = self.sim, self.lo, self.hi, self.jobs
+        policy, jobs, est = sim.policy, sim.w.jobs, sim.est[lo:hi]
+        params = np.zeros(1, dtype=FAIRSHARE)
+        params["weight_version"] = -1.0
         n_users = 1
         if external:
-            kind = kernels.P_EXTERNAL
+            kind = P_EXTERNAL
         elif isinstance(policy, SlurmMultifactor):
-            kind = kernels.P_MULTIFACTOR
+            kind = P_MULTIFACTOR
             wt = policy.w
-            jf[:, kernels.F_MFSTATIC] = (
+            rec["mf_static"] = (
                 wt.job_size * policy.size_factor[lo:hi]
                 + wt.partition * policy.part_factor[lo:hi]
                 + wt.qos * policy.qos_factor[lo:hi]
             )
-            jf[:, kernels.F_DEMAND] = policy.demand[lo:hi]
+            rec["mf_demand"] = policy.demand[lo:hi]
             n_users = len(policy.usage)
-            mf[:] = [
-                policy.last,
-                policy._lambda,
-                0.0,
-                policy.share,
-                float(wt.fairshare),
-                wt.age / wt.max_age_s,
-                wt.max_age_s,
-                2.0,
-            ]
+            params["last"] = policy.last
+            params["lam"] = policy._lambda
+            params["share"] = policy.share
+            params["w_fairshare"] = float(wt.fairshare)
+            params["age_per_s"] = wt.age / wt.max_age_s
+            params["max_age"] = wt.max_age_s
+            params["two"] = 2.0
         elif isinstance(policy, WFP3):
-            kind = kernels.P_WFP3
-            jf[:, kernels.F_EST1] = np.maximum(est, 1.0)
-            jf[:, kernels.F_WIDTH] = np.maximum(jobs.gpus[lo:hi], 1)
+            kind = P_WFP3
+            rec["wfp3_est"] = np.maximum(est, 1.0)
+            rec["wfp3_width"] = np.maximum(jobs.gpus[lo:hi], 1)
         elif isinstance(policy, UNICEP):
-            kind = kernels.P_UNICEP
+            kind = P_UNICEP
             # the same numpy expressions as ``UNICEP.keys`` (elementwise: the same values)
             width = np.log2(np.maximum(jobs.gpus[lo:hi], 1) + 1.0)
-            jf[:, kernels.F_DENOM] = width * np.maximum(est, 1.0)
+            rec["unicep_denom"] = width * np.maximum(est, 1.0)
         else:
-            kind = kernels.P_STATIC
-            jf[:, kernels.F_KEY] = policy.keys(np.arange(lo, hi), 0.0)
+            kind = P_STATIC
+            rec["key"] = policy.keys(np.arange(lo, hi), 0.0)
+        zeros = np.zeros(n_users)
+        return kind, Fairshare(params=params, usage=zeros, running=zeros.copy(), weight=zeros.copy())
 
-        # room for each job's allocation: the most nodes it may span in any of its groups
-        pool_ptr = np.concatenate(([0], np.cumsum(lay.span[lo:hi]))).astype(np.int64)
-        gn, gbase = lay.gn, lay.gbase
-        self.jf, self.lo, self.hi, self.gbase, self.gG, self.track, self.pool_ptr = (
-            jf,
-            lo,
-            hi,
-            gbase,
-            lay.gG,
-            track,
-            pool_ptr,
-        )
-        tl = 2 * m + 2
-        self.out = (
-            np.full(m, np.nan),  # start
-            np.full(m, np.nan),  # end
-            np.zeros(m, np.int64),  # nodes used
-            np.full(m, -1, np.int64),  # node group
-            np.full(m, -1, np.int64),  # shared GPU of a fractional allocation
-            np.empty(pool_ptr[m], np.int64),  # allocation pool: nodes, whole GPUs, GPU masks
-            np.empty(pool_ptr[m], np.int64),
-            np.empty(pool_ptr[m], np.int64),
-            np.empty(tl),  # timeline: time, busy GPUs, queued jobs
-            np.empty(tl),
-            np.empty(tl, np.int64),
-            np.zeros(3, np.int64),  # cycles, error, timeline length
-            # the free state per node: whole GPUs, milli-CPUs, MiB, largest free GPU share
-            tuple(np.empty(int(gn.sum()), np.int64) for _ in range(4)),
-        )
-        x = m if external else 0
-        ask_from, static_keys = policy.external_hints(np.arange(lo, hi)) if external else (-math.inf, None)
+    def _external(self, external: bool) -> External:
+        """The exchange with an external policy (its hint keys into the JOB records); empty
+        arrays for a base policy."""
+        lo, hi = self.lo, self.hi
+        x = hi - lo if external else 0
+        hints = self.sim.policy.external_hints(np.arange(lo, hi)) if external else (-math.inf, None)
+        ask_from, static_keys = hints
         if static_keys is not None:
-            jf[:, kernels.F_KEY] = static_keys
-        self.ext = (
-            np.empty(x, np.int64),  # the queue of a cycle, in arrival order (from 0)
-            # its length, events since the last call, running jobs, lo, static keys given
-            np.array([0, 0, 0, lo, static_keys is not None], np.int64),
-            np.array([0.0, ask_from]),  # the clock, and until when static keys are asked for
-            np.empty(2 * x, np.int64),  # events: j (start) or -j - 1 (end), from 0
-            np.empty(2 * x),  # their times
-            np.empty(x, np.int64),  # running jobs (from lo), sorted by estimated end, ties by start
-            np.empty(x, np.int64),  # their groups
-            np.empty(x),  # their estimated ends
+            self.jobs["key"] = static_keys
+        ask = np.zeros(1, dtype=ASK)
+        ask["lo"] = lo
+        ask["static_keys"] = static_keys is not None
+        ask["ask_from"] = ask_from
+        return External(
+            queue=np.empty(x, np.int64),
+            event_job=np.empty(2 * x, np.int64),
+            event_time=np.empty(2 * x),
+            run_job=np.empty(x, np.int64),
+            run_group=np.empty(x, np.int64),
+            run_end=np.empty(x),
+            ask=ask,
         )
-        self._args = (
-            jf, ji, 0, m, lay.cg_ptr, lay.cg_idx, gbase, gn, lay.gG, lay.gcpu, lay.gmem, track,
-            b_ptr, b_jobs, b_of_pos, lay.shape_gpus, lay.shape_milli, lay.shape_gclass,
-            lay.shape_min_cpu, lay.shape_min_mem, lay.n_shapes,
-            kind, _MODES[cfg.backfill], type(sim.placer) is BestFit, cfg.node_slack,
-            cfg.max_reservations or 1 << 30, mf, n_users, pool_ptr, HEAD_CHUNK,
-        )  # fmt: skip
 
     def simulate(self, handle: int) -> None:
-        """The compiled loop (``kernels.simulate``) over these arrays; ``handle``: the callback
+        """The compiled loop (``kernels.simulate``) over these records; ``handle``: the callback
         that gives an external policy's keys (``kernels.asking``), 0 for a base policy."""
         from shared.sim.compiled import kernels
 
-        kernels.simulate(*self._args, self.out, self.ext, handle)
+        kernels.simulate(*self._args, handle)
 
     def result(self, metric_range: tuple[int, int] | None, wall0: float) -> SimResult:
         """The finished run as the Python loop's ``SimResult`` (and the simulator's records)."""
@@ -401,10 +480,12 @@ class _Prepared:
         lo, hi = self.lo, self.hi
         start, end = np.full(n, np.nan), np.full(n, np.nan)
         nodes_used, job_group = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-        for full, part in zip((start, end, nodes_used, job_group), self.out[:4], strict=True):
+        out = self.out
+        for full, part in zip((start, end, nodes_used, job_group), out[:4], strict=True):
             full[lo:hi] = part
-        tl_t, tl_busy, tl_q, stats = self.out[8:12]
-        cycles, error, n_tl = (int(x) for x in stats)
+        tl_t, tl_busy, tl_q = out.timeline_t, out.timeline_busy, out.timeline_queued
+        counts = out.counts[0]
+        cycles, error, n_tl = int(counts["cycles"]), int(counts["error"]), int(counts["n_timeline"])
         if error:
             raise SimulationError(
                 f"{error} job(s) can never start on an idle cluster (binding should have excluded them)"
@@ -439,25 +520,26 @@ class _Prepared:
     ) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]]:
         """``Simulator.allocations`` of the finished run (node ids within their group)."""
         jobs = self.sim.w.jobs
-        _, _, nodes_used, job_group, job_frac, p_node, p_w, p_mask = self.out[:8]
+        nodes_used, job_group, job_frac = self.out.nodes_used, self.out.group, self.out.shared_gpu
+        a = self.allocs
         allocs: dict[
             int, tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]
         ] = {}
         for j in np.flatnonzero(job_group >= 0).tolist():
-            p0, k = int(self.pool_ptr[j]), int(nodes_used[j])
+            p0, k = int(a.ptr[j]), int(nodes_used[j])
             jg = j + self.lo
             g = int(job_group[j])
-            base = int(self.gbase[g])
+            base = int(self.cluster.base[g])
             ids = None
             if self.track[g] and jobs.gpus[jg] > 0 and jobs.gpu_milli[jg] == WHOLE_GPU_MILLI:
                 ids = tuple(
-                    tuple(b for b in range(int(self.gG[g])) if (mask >> b) & 1)
-                    for mask in p_mask[p0 : p0 + k].tolist()
+                    tuple(b for b in range(int(self.cluster.gpus[g])) if (mask >> b) & 1)
+                    for mask in a.mask[p0 : p0 + k].tolist()
                 )
             allocs[jg] = (
                 g,
-                tuple((p_node[p0 : p0 + k] - base).tolist()),
-                tuple(p_w[p0 : p0 + k].tolist()),
+                tuple((a.node[p0 : p0 + k] - base).tolist()),
+                tuple(a.whole[p0 : p0 + k].tolist()),
                 ids,
                 int(job_frac[j]),
             )
@@ -469,13 +551,13 @@ class _GroupFree:
     core's per-node arrays (they change in place as the loop runs)."""
 
     def __init__(self, run: _Prepared, g: int) -> None:
-        W, C, M, MF = run.out[12]
-        a = int(run.gbase[g])
+        free = run.free
+        a = int(run.cluster.base[g])
         self.n = int(run.sim.w.spec.node_groups[g].count)
-        self.whole = W[a : a + self.n]
-        self.cpu = C[a : a + self.n]
-        self.mem = M[a : a + self.n]
-        self.maxfrac = MF[a : a + self.n] if run.track[g] else None
+        self.whole = free.whole[a : a + self.n]
+        self.cpu = free.cpus[a : a + self.n]
+        self.mem = free.mem[a : a + self.n]
+        self.maxfrac = free.top_share[a : a + self.n] if run.track[g] else None
 
 
 class _GroupOf(Mapping[int, "_GroupOf.Alloc"]):
@@ -508,28 +590,28 @@ class _Running:
     """The running jobs as ``shared.features.sim_views.RunningJobs`` gives them (job, group,
     estimated end, sorted by estimated end, ties by start), kept by the compiled core."""
 
-    def __init__(self, ext: tuple[np.ndarray, ...]) -> None:
-        self._count = ext[1]
-        self._job, self._group, self._end = ext[5], ext[6], ext[7]
+    def __init__(self, ext: External) -> None:
+        self._count = ext.ask["n_running"]  # a view: the loop keeps it
+        self._job, self._group, self._end = ext.run_job, ext.run_group, ext.run_end
 
     def __len__(self) -> int:
-        return int(self._count[2])
+        return int(self._count[0])
 
     def buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The arrays behind ``jobs``, ``group`` and ``est_end`` and the count in use."""
-        return self._job, self._group, self._end, int(self._count[2])
+        return self._job, self._group, self._end, int(self._count[0])
 
     @property
     def jobs(self) -> np.ndarray:
-        return self._job[: self._count[2]]
+        return self._job[: self._count[0]]
 
     @property
     def group(self) -> np.ndarray:
-        return self._group[: self._count[2]]
+        return self._group[: self._count[0]]
 
     @property
     def est_end(self) -> np.ndarray:
-        return self._end[: self._count[2]]
+        return self._end[: self._count[0]]
 
 
 class CompiledState:
@@ -540,5 +622,5 @@ class CompiledState:
 
     def __init__(self, run: _Prepared) -> None:
         self.running = _Running(run.ext)
-        self.groups = [_GroupFree(run, g) for g in range(len(run.gbase))]
-        self.allocs = _GroupOf(run.out[3], run.lo)
+        self.groups = [_GroupFree(run, g) for g in range(len(run.cluster.base))]
+        self.allocs = _GroupOf(run.out.group, run.lo)
