@@ -47,6 +47,7 @@ def load_workload(settings: AdapterSimSettings) -> PreparedWorkload:
         seed=settings.sim_seed,
         estimates=settings.sim_estimates,
         target_load=settings.sim_load,
+        load_definition=settings.sim_load_definition,
     )
     n = len(work.bound.jobs)
     if n <= settings.sim_jobs:

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING
+from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition
 from shared.policies import POLICY_NAMES
 from shared.schemas import validate_cluster_name
 from shared.sim.evaluate import DEFAULT_CLUSTER, EMBEDDED
@@ -42,7 +43,16 @@ class AdapterSimSettings(SchedulerSettings):
         default=1500, ge=1, description="jobs of the embedded workload, or the first jobs of a trace"
     )
     sim_seed: int = Field(default=0, ge=0)
-    sim_load: float | None = Field(default=None, gt=0, description="rescale arrivals to this offered load")
+    sim_load: float | None = Field(
+        default=None,
+        gt=0,
+        description="rescale arrivals to this offered load (the utilization over the arrival span if "
+        "every job started on arrival; shared.domain.load)",
+    )
+    sim_load_definition: LoadDefinition = Field(
+        default=DEFAULT_LOAD_DEFINITION,
+        description="what sim_load means: in-span, or capped (the definition before issue 18)",
+    )
     sim_estimates: Literal["noisy", "history", "oracle", "trace"] = "noisy"
     base_policy: str = Field(default="fcfs", description="order of a cycle without a decision in time")
     sim_decision_timeout_s: float = Field(default=10.0, gt=0, description="lockstep wait per cycle")

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 if TYPE_CHECKING:
+    from shared.domain.load import LoadDefinition
     from shared.metrics import PolicyComparison
 
 console = Console()
@@ -22,6 +23,24 @@ def fail(message: str) -> typer.Exit:
     """Print ``message`` as an error (no traceback) and return the exit to raise (code 2)."""
     console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)
+
+
+#: ``--load-definition``'s help: what the choices mean (the definitions are in shared.domain.load)
+LOAD_DEFINITION_HELP = (
+    "what --load means: in-span (each job's GPU work up to the last arrival over capacity x arrival "
+    "span, the utilization if every job started on arrival) | capped (runtimes capped at the span, "
+    "the definition before issue 18)"
+)
+
+
+def load_definition_option(value: str | None, default: str) -> LoadDefinition:
+    """``--load-definition`` checked (``default`` when not given); a clean exit naming the choices."""
+    from shared.domain.load import check_definition
+
+    try:
+        return check_definition(default if value is None else value)
+    except ValueError as err:
+        raise fail(f"--load-definition: {err}") from None
 
 
 def progress_bar() -> Progress:

@@ -12,14 +12,22 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shared.cli.common import console, fail, progress_bar, write_comparison
+from shared.cli.common import (
+    LOAD_DEFINITION_HELP,
+    console,
+    fail,
+    load_definition_option,
+    progress_bar,
+    write_comparison,
+)
+from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import FeatureSchema
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
-from shared.rl.setup import RunSetup, load_runner, load_trained
+from shared.rl.setup import RunSetup, load_runner, load_trained, trained_load_definition
 from shared.sim.evaluate import PreparedWorkload
 
 METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while_waiting")
@@ -63,9 +71,21 @@ def _run_setup(
     jobs: int | None,
     load: float | None,
     placement: str | None,
+    load_definition: str | None = None,
 ) -> RunSetup:
-    """How episodes are simulated: each option as given, or else as recorded at training."""
+    """How episodes are simulated: each option as given, or else as recorded at training.
+
+    The load, when taken from the card, keeps the definition it was trained under (``capped`` on
+    a card that does not say: every card before issue 18); a ``--load`` given here means what
+    ``--load`` means today (``in-span``) unless ``--load-definition`` says otherwise."""
     extra = info.extra
+    try:
+        trained_definition = trained_load_definition(info)
+    except ValueError as err:
+        raise fail(f"the checkpoint's load_definition: {err}") from None
+    definition = load_definition_option(
+        load_definition, trained_definition if load is None else DEFAULT_LOAD_DEFINITION
+    )
     sim_cfg = extra.get("sim_config")
     trained_paper = isinstance(sim_cfg, dict) and sim_cfg.get("backfill") == "none"
     use_paper = trained_paper if paper is None else paper
@@ -85,6 +105,7 @@ def _run_setup(
         if load is not None
         else (tl if isinstance(tl := extra.get("load"), float) else None),
         placement=placement or (pl if isinstance(pl := extra.get("placement"), str) else None),
+        load_definition=definition,
     )
 
 
@@ -256,6 +277,13 @@ def evaluate_command(
     load: Annotated[
         float | None, typer.Option(help="rescale arrivals to this offered load (default: as trained)")
     ] = None,
+    load_definition: Annotated[
+        str | None,
+        typer.Option(
+            help=f"{LOAD_DEFINITION_HELP}; default: as trained when --load is not given "
+            "(capped for a checkpoint that does not record it), else in-span"
+        ),
+    ] = None,
     placement: Annotated[
         str | None, typer.Option(help="first-fit | best-fit | cp-sat (default: as trained)")
     ] = None,
@@ -286,6 +314,7 @@ def evaluate_command(
         jobs=jobs,
         load=load,
         placement=placement,
+        load_definition=load_definition,
     )
     t0 = time.perf_counter()
     work, runner = _load(trace, cluster, info, setup)
@@ -320,5 +349,6 @@ def evaluate_command(
         untrained=untrained,
         t0=t0,
     )
+    report["setup"]["load"] = {"target": setup.target_load, "definition": setup.load_definition}
     report["transfer"] = transfer_rows
     write_comparison(comparison, report, out, "evaluate.json", plots)

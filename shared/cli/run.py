@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,16 +41,20 @@ from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotError
 from services.adapter_sim.stack import PIPELINE, LocalStack, StackError
 from shared.bus import BusSettings
-from shared.cli.common import console, fail, progress_bar
+from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
 from shared.domain.cluster import SpecError
+from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutOfReach, offered_load
 from shared.policies import POLICY_NAMES
 from shared.sim.applied import RefusedStart
 from shared.sim.evaluate import EMBEDDED, PreparedWorkload
 
-#: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle);
-#: 600 generated jobs at offered load 0.9 queue up to ~100 deep on the embedded cluster, so the
-#: order matters (at the generator's own pace a short slice never queues)
-DEFAULT_JOBS = 600
+#: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle).
+#: 800 generated jobs at offered load 0.9 (in-span: the utilization over their arrival span if
+#: every job started on arrival, ``shared.domain.load``) keep the 320-GPU embedded cluster about
+#: 76% busy with a queue most of the time (36 jobs on average, up to ~100), so the order matters;
+#: at the generator's own pace a short slice never queues. 600 jobs, the earlier default, cannot
+#: reach 0.9 in-span: a cold cluster fills too slowly over so few arrivals (docs/results/offered-load.md).
+DEFAULT_JOBS = 800
 DEMO_LOAD = 0.9
 
 
@@ -70,6 +74,9 @@ class ReplayOptions:
     job_id_prefix: str
     model: Path | None = None
     speedup: float | None = None
+    load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION
+    #: ``load`` is the demo's default, not asked for: out of reach, the replay keeps its own times
+    demo_load: bool = False
 
     def settings(self) -> AdapterSimSettings:
         try:
@@ -81,6 +88,7 @@ class ReplayOptions:
                 sim_jobs=self.jobs,
                 sim_seed=self.seed,
                 sim_load=self.load,
+                sim_load_definition=self.load_definition,
                 base_policy=self.base_policy,
                 sim_decision_timeout_s=self.decision_timeout,
                 sim_max_pending=self.max_pending,
@@ -109,26 +117,49 @@ class ReplayOptions:
             raise fail(str(err).replace("set HYLO_SIM_SPEC", "pass --cluster")) from None
 
 
-def _load(options: ReplayOptions, settings: AdapterSimSettings) -> PreparedWorkload:
-    """The workload, printed with its exclusions; a clean error when it cannot be loaded."""
+def _load(options: ReplayOptions) -> tuple[ReplayOptions, PreparedWorkload]:
+    """The options as replayed and the workload, printed with its exclusions; a clean error when
+    it cannot be loaded.
+
+    The demo's default load out of reach (``hylo run --jobs 50``: too few jobs to keep the cluster
+    that busy) is not an error: the replay keeps the workload's own times and says how to ask for a
+    load. A ``--load`` given and out of reach is one, naming the loads that are reachable."""
     from shared.traces import TraceFormatError, TraceNotFoundError
 
     with console.status("loading workload"):
         try:
-            work = load_workload(settings)
+            try:
+                work = load_workload(options.settings())
+            except LoadOutOfReach as err:
+                if not options.demo_load:
+                    raise
+                options = replace(options, load=None, demo_load=False)
+                work = load_workload(options.settings())
+                console.print(
+                    f"[yellow]the demo's offered load {DEMO_LOAD:g} is out of reach for "
+                    f"{options.jobs:,} jobs (at most {err.most}): replaying at the generator's "
+                    "own times; pass --load to choose a load, or more --jobs[/]",
+                    soft_wrap=True,
+                )
         except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
             raise fail(str(err)) from None
     spec = work.spec
     console.print(
         f"[bold]{escape(work.name)}[/] on [bold]{escape(spec.name)}[/] ({spec.total_nodes:,} nodes, "
         f"{spec.total_gpus:,} GPUs) as cluster [bold]{escape(options.cluster_name)}[/]: "
-        f"{len(work.bound.jobs):,} jobs, base policy {options.base_policy}"
+        f"{len(work.bound.jobs):,} jobs, offered load {_offered(work):.3g}, base policy {options.base_policy}"
     )
     for e in work.exclusions:
         console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
     if len(work.bound.jobs) == 0:
         raise fail("no job left to replay after exclusions")
-    return work
+    return options, work
+
+
+def _offered(work: PreparedWorkload) -> float:
+    """The offered load of the jobs replayed (``in-span``: the utilization over their arrival span
+    if every job started on arrival), the number to read beside the measured utilization."""
+    return offered_load(work.bound.jobs, work.spec.total_gpus)
 
 
 def _service_env(
@@ -273,17 +304,27 @@ def _fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"
 
 
-def _table(run: AdapterRun, cmp: Comparison) -> Table:
-    table = Table(title=f"pipeline vs {run.base_policy} on the same {cmp.pipeline.n_jobs:,} jobs")
+def _table(run: AdapterRun, cmp: Comparison, offered: float) -> Table:
+    """Both schedules side by side; below the per-job metrics, how loaded the cluster was over the
+    arrival span: the offered load (the same jobs for both), utilization and the queue."""
+    table = Table(
+        title=f"pipeline vs {run.base_policy} on the same {cmp.pipeline.n_jobs:,} jobs",
+        caption="over the arrival span (first to last arrival); offered load: the utilization if "
+        "every job started on arrival",
+    )
     table.add_column("metric")
     table.add_column("pipeline", justify="right")
     table.add_column(run.base_policy, justify="right")
+    pl, ba = cmp.pipeline, cmp.base
     rows: list[tuple[str, float, float, int]] = [
-        ("mean wait (s)", cmp.pipeline.wait_s.mean, cmp.base.wait_s.mean, 1),
-        ("p99 wait (s)", cmp.pipeline.wait_s.p99, cmp.base.wait_s.p99, 1),
-        ("mean JCT (s)", cmp.pipeline.jct_s.mean, cmp.base.jct_s.mean, 1),
-        ("mean bounded slowdown", cmp.pipeline.bsld.mean, cmp.base.bsld.mean, 3),
-        ("GPU utilization", cmp.pipeline.utilization, cmp.base.utilization, 3),
+        ("mean wait (s)", pl.wait_s.mean, ba.wait_s.mean, 1),
+        ("p99 wait (s)", pl.wait_s.p99, ba.wait_s.p99, 1),
+        ("mean JCT (s)", pl.jct_s.mean, ba.jct_s.mean, 1),
+        ("mean bounded slowdown", pl.bsld.mean, ba.bsld.mean, 3),
+        ("offered load", offered, offered, 3),
+        ("GPU utilization", pl.utilization, ba.utilization, 3),
+        ("mean queue (jobs)", pl.queue_mean, ba.queue_mean, 1),
+        ("queue non-empty (share of time)", pl.queued_frac, ba.queued_frac, 3),
     ]
     for name, a, b, digits in rows:
         table.add_row(name, _fmt(a, digits), _fmt(b, digits))
@@ -397,11 +438,17 @@ def _drive(
     with console.status("stopping the pipeline"):
         stack.stop()
     cmp = compare_with_base(run, work, sim_config(settings))
-    console.print(_table(run, cmp))
+    console.print(_table(run, cmp, _offered(work)))
     for line in _summary_lines(run, cmp, options):
         console.print(line, soft_wrap=True)
     console.print(f"database: {escape(db_label)} ({stored})", soft_wrap=True)
-    path = _report(stack.workdir, run, cmp, work, {**extra, "store": stored})
+    load = {
+        "target": options.load,
+        "definition": options.load_definition,
+        "offered": _offered(work),
+        "offered_definition": "in-span",
+    }
+    path = _report(stack.workdir, run, cmp, work, {**extra, "store": stored, "load": load})
     console.print(f"report: {path}; service logs in {stack.workdir}", soft_wrap=True)
 
 
@@ -419,11 +466,13 @@ SeedOpt = Annotated[int, typer.Option(help="seed of the embedded workload and es
 LoadOpt = Annotated[
     float | None,
     typer.Option(
-        help=f"rescale arrivals to this offered load; default {DEMO_LOAD} for the embedded workload, "
-        "a trace's own times otherwise (0 = own times)",
+        help="rescale arrivals to this offered load (the utilization over the arrival span if every "
+        f"job started on arrival); default {DEMO_LOAD} for the embedded workload (its own times when "
+        "too few jobs reach it), a trace's own times otherwise (0 = own times)",
         min=0.0,
     ),
 ]
+LoadDefinitionOpt = Annotated[str, typer.Option(help=LOAD_DEFINITION_HELP)]
 PolicyOpt = Annotated[
     str, typer.Option(help=f"base policy (the prioritizer's fallback), from {', '.join(POLICY_NAMES)}")
 ]
@@ -451,6 +500,7 @@ def run_command(
     jobs: JobsOpt = DEFAULT_JOBS,
     seed: SeedOpt = 0,
     load: LoadOpt = None,
+    load_definition: LoadDefinitionOpt = DEFAULT_LOAD_DEFINITION,
     base_policy: PolicyOpt = "fcfs",
     decision_timeout: TimeoutOpt = 10.0,
     max_pending: PendingOpt = DEFAULT_MAX_PENDING,
@@ -468,6 +518,8 @@ def run_command(
         jobs=jobs,
         seed=seed,
         load=_load_for(trace, load),
+        load_definition=load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION),
+        demo_load=load is None and _load_for(trace, load) is not None,
         base_policy=base_policy,
         decision_timeout=decision_timeout,
         max_pending=max_pending,
@@ -475,7 +527,7 @@ def run_command(
         model=_checkpoint(model),
         speedup=speedup,
     )
-    work = _load(options, options.settings())  # bad options fail before anything starts
+    options, work = _load(options)  # bad options fail before anything starts
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=out))
     database = workdir / "hylo.db"
@@ -505,6 +557,7 @@ def up_command(
     jobs: JobsOpt = DEFAULT_JOBS,
     seed: SeedOpt = 0,
     load: LoadOpt = None,
+    load_definition: LoadDefinitionOpt = DEFAULT_LOAD_DEFINITION,
     base_policy: PolicyOpt = "fcfs",
     decision_timeout: TimeoutOpt = 10.0,
     max_pending: PendingOpt = DEFAULT_MAX_PENDING,
@@ -523,6 +576,8 @@ def up_command(
         jobs=jobs,
         seed=seed,
         load=_load_for(trace, load),
+        load_definition=load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION),
+        demo_load=load is None and _load_for(trace, load) is not None,
         base_policy=base_policy,
         decision_timeout=decision_timeout,
         max_pending=max_pending,
@@ -530,7 +585,7 @@ def up_command(
         model=_checkpoint(model),
         speedup=speedup,
     )
-    work = _load(options, options.settings())
+    options, work = _load(options)
     try:
         bus = BusSettings(nats_url=nats_url, subject_root=subject_root)
     except ValidationError as err:

@@ -10,15 +10,29 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail, progress_bar, write_comparison
+from shared.cli.common import (
+    LOAD_DEFINITION_HELP,
+    console,
+    fail,
+    load_definition_option,
+    progress_bar,
+    write_comparison,
+)
 from shared.domain.cluster import SpecError
+from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, offered_load
 from shared.features import FeatureSampler
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.policies import POLICY_NAMES, make_policy
 from shared.policies.base import Policy
 from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
-from shared.sim.evaluate import PolicyFactory, PreparedWorkload, evaluate_policies, prepare_workload
+from shared.sim.evaluate import (
+    PolicyFactory,
+    PreparedWorkload,
+    evaluate_policies,
+    prepare_workload,
+    window_offered_loads,
+)
 
 PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
 
@@ -33,6 +47,7 @@ def _load(
     estimates: str,
     node_slack: int,
     load: float | None = None,
+    load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
 ) -> PreparedWorkload:
     from shared.traces import TraceFormatError, TraceNotFoundError
 
@@ -45,6 +60,7 @@ def _load(
             estimates=estimates,
             node_slack=node_slack,
             target_load=load,
+            load_definition=load_definition,
         )
     except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
         raise fail(str(err)) from None
@@ -190,16 +206,18 @@ def _load_and_describe(
     estimates: str,
     node_slack: int,
     load: float | None,
+    load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
 ) -> PreparedWorkload:
     """``_load`` under a status line, then what was loaded and what was left out of it."""
     t0 = time.perf_counter()
     with console.status("loading workload"):
-        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load)
+        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load, load_definition)
     spec = work.spec
     console.print(
         f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
         f"({spec.total_nodes:,} nodes, {spec.total_gpus:,} GPUs): "
-        f"{len(work.bound.jobs):,} jobs, loaded in {time.perf_counter() - t0:.1f}s"
+        f"{len(work.bound.jobs):,} jobs, offered load {offered_load(work.bound.jobs, spec.total_gpus):.3g}, "
+        f"loaded in {time.perf_counter() - t0:.1f}s"
     )
     for e in work.exclusions:
         console.print(f"  [yellow]{escape(e.describe())}[/]", soft_wrap=True)
@@ -256,10 +274,15 @@ def _setup_record(
     *,
     estimates: str,
     load: float | None,
+    load_definition: LoadDefinition,
+    offered: list[float],
     split: str,
     seed: int,
 ) -> dict[str, object]:
-    """The report's ``setup``: what was simulated, how, and what the simulations cost."""
+    """The report's ``setup``: what was simulated, how, and what the simulations cost.
+
+    ``offered_load``: the workload's (its whole arrival span) and each window's (over its span,
+    beside the window's utilization), both ``in-span`` whatever ``load_definition`` rescaled to."""
     return {
         "workload": work.name,
         "cluster": work.spec.name,
@@ -268,6 +291,12 @@ def _setup_record(
         "config": plan.config.model_dump(),
         "estimates": estimates,
         "target_load": load,
+        "load_definition": load_definition,
+        "offered_load": {
+            "definition": "in-span",
+            "workload": offered_load(work.bound.jobs, work.spec.total_gpus),
+            "windows": offered,
+        },
         "windows": [w.label for w in chosen],
         "warmup": plan.warmup,
         "split": split,
@@ -319,9 +348,11 @@ def simulate_command(
     load: Annotated[
         float | None,
         typer.Option(
-            help="rescale arrival gaps so the workload offers this load (e.g. 0.85); default: as is"
+            help="rescale arrival gaps so the workload offers this load (e.g. 0.85): the utilization "
+            "over the arrival span if every job started on arrival; default: as is"
         ),
     ] = None,
+    load_definition: Annotated[str, typer.Option(help=LOAD_DEFINITION_HELP)] = DEFAULT_LOAD_DEFINITION,
     paper: Annotated[
         bool,
         typer.Option(
@@ -361,7 +392,8 @@ def simulate_command(
         model=model,
         baseline=baseline,
     )
-    work = _load_and_describe(trace, cluster, jobs, seed, estimates, node_slack, load)
+    definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
+    work = _load_and_describe(trace, cluster, jobs, seed, estimates, node_slack, load, definition)
     chosen = _choose_windows(len(work.bound.jobs), split, window_size, windows, seed)
     config = plan.config
     console.print(
@@ -374,9 +406,19 @@ def simulate_command(
         per_policy, baseline=baseline or plan.rows[0], seed=seed, title=f"{work.name} on {work.spec.name}"
     )
     console.print(comparison.table(compact=True))
-    console.print(comparison.load_table())
+    offered = window_offered_loads(work, chosen, warmup=plan.warmup)
+    console.print(comparison.load_table(offered))
     report = comparison.to_dict()
     report["setup"] = _setup_record(
-        work, plan, chosen, runs, estimates=estimates, load=load, split=split, seed=seed
+        work,
+        plan,
+        chosen,
+        runs,
+        estimates=estimates,
+        load=load,
+        load_definition=definition,
+        offered=offered,
+        split=split,
+        seed=seed,
     )
     write_comparison(comparison, report, out, "simulate.json", plots)

@@ -14,7 +14,8 @@ import torch
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail, progress_bar
+from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.metrics import Window, chronological_split, make_windows
 from shared.model import ModelConfig, save_checkpoint
 from shared.policies import POLICY_NAMES
@@ -94,6 +95,7 @@ def train_command(
         float | None,
         typer.Option(help="rescale arrival times to this offered load (as hylo simulate --load)"),
     ] = None,
+    load_definition: Annotated[str, typer.Option(help=LOAD_DEFINITION_HELP)] = DEFAULT_LOAD_DEFINITION,
     max_minutes: Annotated[float | None, typer.Option(help="stop after this many minutes")] = None,
     imitation_epochs: Annotated[
         int,
@@ -145,7 +147,10 @@ def train_command(
     except ValueError as err:
         raise fail(str(err)) from None
     _check_ranges(load, imitation_epochs, imitation_windows, imitate, epochs, placement)
-    setup = RunSetup(base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement)
+    definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
+    setup = RunSetup(
+        base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement, definition
+    )
     t0 = time.perf_counter()
     work, runner = _load_workload(trace, cluster, setup, spec)
     run = _Run(trace, cluster, setup, spec, cfg, work, runner, imitation_epochs)
@@ -328,6 +333,7 @@ def _save_checkpoint(
             "train_fraction": cfg.train_fraction,
             "jobs": run.setup.n_jobs,
             "load": run.setup.target_load,
+            "load_definition": run.setup.load_definition,  # what "load" means (shared.domain.load)
             "placement": run.runner.settings.config.placement,
             "cluster_arg": run.cluster,
             "ppo": cfg.ppo.model_dump(mode="json"),
@@ -363,6 +369,8 @@ def _train_log(
             "window_size": cfg.window_size,
             "train_fraction": cfg.train_fraction,
             "jobs": run.setup.n_jobs,
+            "load": run.setup.target_load,
+            "load_definition": run.setup.load_definition,
             "cluster_arg": run.cluster,
             "ppo": cfg.ppo.model_dump(mode="json"),
             "model": cfg.model.model_dump(mode="json"),

@@ -205,19 +205,25 @@ class PolicyComparison:
             table.add_row(*cells)
         return table
 
-    def load_table(self) -> Table:
+    def load_table(self, offered: Sequence[float] | None = None) -> Table:
         """How loaded the windows were: per policy the mean [CI] over windows of GPU utilization,
         mean queue length and share of time with a non-empty queue, each over the window's own
         span (first to last arrival; ``summarize_window``). A queue that is rarely empty says the
         cluster was loaded whatever the utilization (fragmentation, GPU types); one that is always
-        empty, that no policy could do much."""
+        empty, that no policy could do much.
+
+        ``offered``, one value per window, is the offered load over each window's span (the
+        utilization if every job started on arrival, ``shared.domain.load.load_over``): shown as a
+        first row under utilization, so that the two read side by side. Below saturation the
+        policies' utilization follows it; where they fall short of it, jobs queue."""
         pct = round(self.ci * 100)
         table = Table(
             title="Load over each window's span (first to last arrival)",
             box=box.SIMPLE_HEAD,
             pad_edge=False,
             caption=f"mean over {self.n_windows} windows [{pct}% bootstrap CI]; queue: jobs waiting, "
-            "the window's or not",
+            "the window's or not"
+            + ("; offered: the utilization if every job started on arrival" if offered is not None else ""),
         )
         table.add_column("Policy", style="bold")
         specs = [get_spec(k) for k in LOAD_METRICS]
@@ -228,8 +234,16 @@ class PolicyComparison:
         }
         for spec in specs:
             table.add_column(headers.get(spec.key, spec.title), justify="right")
+        if offered is not None:
+            if len(offered) != self.n_windows:
+                raise ValueError(f"{len(offered)} offered loads for {self.n_windows} windows")
+            ci = bootstrap_ci(np.asarray(offered, dtype=np.float64), self.n_boot, self.ci, self.seed)
+            dash = Text("-", style="dim")
+            cells: list[str | Text] = [Text("offered load", style="italic")]
+            cells += [self._value_cell(ci, "%", 0.01) if s.key == "utilization" else dash for s in specs]
+            table.add_row(*cells)
         for policy in self.policies:
-            cells: list[str | Text] = [policy]
+            cells = [policy]
             for spec in specs:
                 unit, scale = display_unit(spec, extract(spec, self.windows[policy]))
                 cells.append(self._value_cell(self.summary(spec.key, policy), unit, scale))

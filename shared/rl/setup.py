@@ -15,6 +15,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from shared.domain.load import (
+    DEFAULT_LOAD_DEFINITION,
+    LEGACY_LOAD_DEFINITION,
+    LoadDefinition,
+    check_definition,
+)
 from shared.features import FeatureSampler, FeatureSchema, FeatureSchemaMismatch, SamplingConfig
 from shared.model import (
     ActorCritic,
@@ -45,6 +51,7 @@ class RunSetup:
     n_jobs: int = 20_000  # the embedded workload's size (traces ignore it)
     target_load: float | None = None  # rescale arrivals to this offered load (None: as generated)
     placement: str | None = None  # None: the setting's default (best-fit; the paper's first-fit)
+    load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION  # what target_load means
 
     def sim_config(self) -> SimConfig:
         config = SimConfig.paper() if self.paper else SimConfig(oracle_runtimes=self.estimates == "oracle")
@@ -74,6 +81,7 @@ def load_runner(
         seed=setup.seed,
         estimates=setup.estimates,
         target_load=setup.target_load,
+        load_definition=setup.load_definition,
     )
     return work, EpisodeRunner(work.bound, setup.episode_settings(), work.exclusions)
 
@@ -116,6 +124,15 @@ def make_card(
             extra=info,
         ),
     )
+
+
+def trained_load_definition(info: TrainingInfo) -> LoadDefinition:
+    """What the card's ``load`` meant: its ``load_definition``, or ``capped`` for a card written
+    before the field existed (every load rescaled before issue 18 was capped)."""
+    recorded = info.extra.get("load_definition")
+    if recorded is None:
+        return LEGACY_LOAD_DEFINITION
+    return check_definition(str(recorded))  # a ValueError naming the choices if unknown
 
 
 def expected_schema(card: ModelCard) -> FeatureSchema:

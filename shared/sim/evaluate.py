@@ -18,6 +18,7 @@ import numpy as np
 
 from shared.domain.cluster import ClusterSpec, load_cluster_spec
 from shared.domain.jobs import JobTable
+from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, arrival_scaling, load_over
 from shared.metrics import Window, WindowMetrics, excluded_in_window, summarize_window
 from shared.policies import make_policy
 from shared.policies.base import Policy
@@ -70,12 +71,13 @@ def prepare_workload(
     estimates: str = "noisy",
     node_slack: int = 0,
     target_load: float | None = None,
+    load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
 ) -> PreparedWorkload:
     """Load a trace (or generate the embedded workload), fill estimates, bind it to a cluster.
 
     ``target_load`` rescales the arrival times (see ``rescale_arrivals``) so that the workload
-    offers that load to the cluster: the openb pods replayed at their own timestamps keep 0.2% of
-    the 1,213-node cluster busy, and nothing queues, so placement studies compress them.
+    offers that load to the cluster under ``load_definition`` (``shared.domain.load``): a
+    generated slice or a trace at its own pace may hardly queue, so studies compress them.
     """
     from shared.traces import apply_estimates, load_trace
     from shared.workload import generate_for_cluster
@@ -99,69 +101,52 @@ def prepare_workload(
     if estimates != "trace":
         table = apply_estimates(table, "noisy" if estimates == "oracle" else estimates, seed)
     if target_load is not None:
-        origin, factor = arrival_scaling(table, spec.total_gpus, target_load)
+        origin, factor = arrival_scaling(table, spec.total_gpus, target_load, load_definition)
         table = table.with_fields(submit=origin + (table.submit - origin) * factor)
         # the left-out jobs move with the kept ones, so that each window still counts its own
         exclusions = [e.rescaled(origin, factor) for e in exclusions]
-        name = f"{name}, arrivals rescaled to offered load {target_load:g}"
+        name = f"{name}, arrivals rescaled to offered load {target_load:g}" + (
+            "" if load_definition == DEFAULT_LOAD_DEFINITION else f" ({load_definition})"
+        )
     bound = bind_jobs(table, spec, node_slack=node_slack)
     exclusions.extend(bound.exclusions)
     return PreparedWorkload(name=name, bound=bound, exclusions=exclusions)
 
 
-def rescale_arrivals(table: JobTable, capacity_gpus: float, target_load: float) -> JobTable:
+def rescale_arrivals(
+    table: JobTable,
+    capacity_gpus: float,
+    target_load: float,
+    definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
+) -> JobTable:
     """Stretch or compress the gaps between arrivals so the trace offers ``target_load``.
 
-    Offered load here is work over (capacity x arrival span) with every runtime capped at the
-    span: in the openb trace 100 pods that run for months hold 93% of the GPU-seconds, and without
-    the cap compressing arrivals would only pile short jobs behind them in a few minutes. Every
-    gap is scaled by one factor (found by bisection; the capped load falls as the span grows), so
-    arrival order, burst structure (relative gaps), requests and runtimes are all kept.
+    Offered load is defined once, in ``shared.domain.load`` (``in-span`` by default: the
+    utilization over the arrival span if every job started on arrival; ``capped``, the
+    definition before issue 18, for models trained with it). Every gap is scaled by one factor,
+    so arrival order, burst structure (relative gaps), requests and runtimes are all kept.
     """
-    origin, factor = arrival_scaling(table, capacity_gpus, target_load)
+    origin, factor = arrival_scaling(table, capacity_gpus, target_load, definition)
     return table.with_fields(submit=origin + (table.submit - origin) * factor)
 
 
-def arrival_scaling(table: JobTable, capacity_gpus: float, target_load: float) -> tuple[float, float]:
-    """``(origin, factor)`` of ``rescale_arrivals``: submit ``t`` becomes ``origin + (t - origin) x
-    factor``, origin being the first submit.
+def window_offered_loads(
+    workload: PreparedWorkload, windows: Sequence[Window], *, warmup: int | None = None
+) -> list[float]:
+    """Per window, the offered load over its span (first to last arrival of its jobs): the
+    utilization the cluster would have there if every job simulated with it started on arrival
+    (``shared.domain.load.load_over``), to read beside the window's measured utilization.
 
-    The reachable loads are bounded: as the span shrinks to nothing every runtime outlasts it and
-    the load tends to the GPU demand of all jobs at once over the capacity (0.88 for the openb pod
-    lists on their cluster, so 0.9 is out of reach there); the error says which loads are.
-    """
-    if target_load <= 0:
-        raise ValueError(f"target load must be > 0, got {target_load}")
-    t0 = float(table.submit.min()) if len(table) else 0.0
-    span = float(table.submit.max()) - t0 if len(table) else 0.0
-    work = table.gpu_demand
-    if span <= 0 or capacity_gpus <= 0 or float(np.sum(work * table.runtime)) <= 0:
-        raise ValueError("the workload has no arrival span or no GPU work: its load cannot be rescaled")
-
-    def load(factor: float) -> float:
-        s = span * factor
-        return float(np.sum(work * np.minimum(table.runtime, s))) / (capacity_gpus * s)
-
-    lo, hi = 1e-9, 1e9  # factors: load(lo) is highest, load(hi) lowest
-    top, bottom = load(lo), load(hi)
-    if target_load > top:
-        raise ValueError(
-            f"target load {target_load} is out of reach for this workload: at most {top:.3g} on "
-            f"{capacity_gpus:g} GPUs, the GPU demand of all its jobs at once"
-        )
-    if target_load < bottom:
-        raise ValueError(
-            f"target load {target_load} is out of reach for this workload: at least {bottom:.3g}"
-        )
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if load(mid) > target_load:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1 + 1e-12:
-            break
-    return t0, math.sqrt(lo * hi)
+    The jobs counted are those ``evaluate_policies`` simulates with the window: every earlier job
+    (one run), or the ``warmup`` jobs before it."""
+    jobs = workload.bound.jobs
+    capacity = workload.spec.total_gpus
+    out = []
+    for w in windows:
+        first = 0 if warmup is None else max(0, w.start - warmup)
+        t0, t1 = float(jobs.submit[w.start]), float(jobs.submit[w.stop - 1])
+        out.append(load_over(jobs.take(np.arange(first, w.stop)), capacity, t0, t1))
+    return out
 
 
 ProgressHook = Callable[[str, int], None]

@@ -1,10 +1,11 @@
 """Offered load of a trace on a cluster: how busy the trace would keep the GPUs on average.
 
-``load = sum(gpu demand x runtime) / (GPU capacity x (last submit - first submit))`` where a
-fractional GPU share counts as its fraction. Why this number is stored in every preset: a cluster
-sized so that the load is far below 1 never queues (every policy looks the same) and one far above
-1 never drains; presets are sized for 0.8-0.9 where a reference trace allows it, and the stored
-value lets anyone re-measure and compare (``python -m shared.traces.offered_load PRESET TRACE``).
+The definition is ``shared.domain.load``'s (``in-span``: each job's GPU work up to the last
+arrival, over capacity x arrival span; a fractional GPU share counts as its fraction), the one
+``--load`` rescales to. Why this number is stored in every preset: a cluster sized so that the
+load is far below 1 never queues (every policy looks the same) and one far above 1 never drains;
+presets are sized for 0.8-0.9 where a reference trace allows it, and the stored value lets anyone
+re-measure and compare (``python -m shared.traces.offered_load PRESET TRACE``).
 """
 
 from __future__ import annotations
@@ -13,27 +14,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import numpy as np
-
 from shared.domain.cluster import OfferedLoad, load_cluster_spec
-from shared.domain.jobs import JobTable
+from shared.domain.load import DEFAULT_LOAD_DEFINITION, DESCRIPTIONS, offered_load
 from shared.traces.registry import load_trace
 
 METHOD = (
-    "sum(gpu demand x runtime) / (capacity x (last submit - first submit)); fractional GPU shares "
+    f"{DEFAULT_LOAD_DEFINITION}: {DESCRIPTIONS[DEFAULT_LOAD_DEFINITION]}; fractional GPU shares "
     "count as fractions; jobs excluded at load time are not counted; loader options at their defaults"
 )
 
-
-def offered_load(table: JobTable, capacity_gpus: float) -> float:
-    """The offered load of ``table`` on ``capacity_gpus`` GPUs (0 for an empty or instant trace)."""
-    if len(table) == 0 or capacity_gpus <= 0:
-        return 0.0
-    span = float(table.submit.max() - table.submit.min())
-    if span <= 0:
-        return 0.0
-    work = float(np.sum(table.gpu_demand * table.runtime))
-    return work / (capacity_gpus * span)
+__all__ = ["METHOD", "main", "measure", "offered_load"]
 
 
 def measure(preset: str, trace: str) -> OfferedLoad:

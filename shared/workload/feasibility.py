@@ -2,7 +2,8 @@
 
 Why here: the generator promises that every job it draws for a cluster can start on an empty
 cluster (otherwise a simulation waits forever on it), and the embedded preset records the offered
-load of its default workload; both checks are shared by the tests and the calibration script.
+load of its default workload; both checks are shared by the tests and the calibration script. The
+offered load is ``shared.domain.load``'s, the one definition (re-exported here).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import JobTable
+from shared.domain.load import offered_load
+
+__all__ = ["fits_cluster", "offered_load"]
 
 
 def fits_cluster(table: JobTable, spec: ClusterSpec) -> npt.NDArray[np.bool_]:
@@ -44,17 +48,3 @@ def fits_cluster(table: JobTable, spec: ClusterSpec) -> npt.NDArray[np.bool_]:
         )
         ok |= fit
     return ok
-
-
-def offered_load(table: JobTable, capacity_gpus: float) -> float:
-    """sum(gpu demand x runtime) / (capacity x (last submit - first submit)).
-
-    The definition of ``OfferedLoad`` in cluster specs, with fractional shares counted as their
-    fraction of a GPU. Above 1 the cluster cannot keep up however well it schedules.
-    """
-    if len(table) < 2:
-        return 0.0
-    span = float(table.submit.max() - table.submit.min())
-    if span <= 0:
-        return float("inf")
-    return float(np.sum(table.gpu_demand * table.runtime) / (capacity_gpus * span))

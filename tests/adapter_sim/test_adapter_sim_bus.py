@@ -47,8 +47,12 @@ SMALL_CLUSTER = Path(__file__).with_name("small_cluster.toml")
 
 
 def _workload(n: int, load: float = 1.2, seed: int = 0) -> PreparedWorkload:
-    # a 56-GPU cluster and arrivals compressed to an offered load above 1: jobs queue, order matters
-    return prepare_workload(None, str(SMALL_CLUSTER), n_jobs=n, seed=seed, target_load=load)
+    # a 56-GPU cluster and arrivals compressed so that jobs queue and the order matters. The loads
+    # are the capped definition's (as these tests were tuned): 150 or 60 jobs are too few to reach
+    # them in-span (at most 0.69 and 0.58 on this cluster)
+    return prepare_workload(
+        None, str(SMALL_CLUSTER), n_jobs=n, seed=seed, target_load=load, load_definition="capped"
+    )
 
 
 def _plain(work: PreparedWorkload, policy: str) -> SimResult:
@@ -248,6 +252,7 @@ async def test_module_entry_point_replays_from_env_settings(wide: Bus, nats_url:
         "HYLO_SIM_CLUSTER": cluster,
         "HYLO_SIM_JOBS": "150",
         "HYLO_SIM_LOAD": "1.2",
+        "HYLO_SIM_LOAD_DEFINITION": "capped",  # 150 jobs reach at most 0.69 in-span here
         "HYLO_BASE_POLICY": "sjf",
     }
     async with responding(wide, cluster, Responder("sjf")) as responder:

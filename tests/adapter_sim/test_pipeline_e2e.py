@@ -52,7 +52,19 @@ def _check(report: dict[str, object], policy: str, jobs: int) -> None:
 def test_hylo_run_matches_the_base_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["run", "--cluster", str(SMALL_CLUSTER), "--jobs", "150", "--load", "1.2", "--out", str(tmp_path)],
+        [
+            "run",
+            "--cluster",
+            str(SMALL_CLUSTER),
+            "--jobs",
+            "150",
+            "--load",
+            "1.2",
+            "--load-definition",
+            "capped",
+            "--out",
+            str(tmp_path),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "identical schedules" in result.output
@@ -120,6 +132,8 @@ def _up(tmp_path: Path, nats_url: str, postgres_url: str, root: str) -> Result:
             "150",
             "--load",
             "1.2",
+            "--load-definition",
+            "capped",
             "--base-policy",
             "sjf",
             "--out",
@@ -141,6 +155,8 @@ def test_hylo_run_with_a_model_is_scheduled_by_it(tmp_path: Path) -> None:
             "150",
             "--load",
             "1.2",
+            "--load-definition",
+            "capped",
             "--model",
             str(checkpoint),
             "--out",
@@ -173,6 +189,8 @@ def test_hylo_run_in_accelerated_time(tmp_path: Path) -> None:
             "150",
             "--load",
             "1.2",
+            "--load-definition",
+            "capped",
             "--speedup",
             "1e9",
             "--out",

@@ -53,6 +53,7 @@ def test_a_trace_file_without_a_spec_is_refused_with_the_fix() -> None:
         ("HYLO_BASE_POLICY", "lifo", "unknown base policy 'lifo'"),
         ("HYLO_SIM_MAX_PENDING", "0", "sim_max_pending"),
         ("HYLO_SIM_DECISION_TIMEOUT_S", "-1", "sim_decision_timeout_s"),
+        ("HYLO_SIM_LOAD_DEFINITION", "uncapped", "sim_load_definition"),
     ],
 )
 def test_bad_settings_name_the_setting(
@@ -81,3 +82,23 @@ def test_a_trace_is_cut_to_its_first_jobs() -> None:
     assert work.spec.name == "rltune-synthetic"
     submit = work.bound.jobs.submit
     assert (submit[1:] >= submit[:-1]).all()
+
+
+def test_the_load_and_its_definition_come_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HYLO_SIM_LOAD means the in-span load unless HYLO_SIM_LOAD_DEFINITION says capped (how the
+    replays before issue 18 rescaled); the two give other arrival times for the same number."""
+    from shared.domain.load import offered_load
+
+    monkeypatch.setenv("HYLO_SIM_LOAD", "0.6")
+    monkeypatch.setenv("HYLO_SIM_JOBS", "800")
+    in_span = load_workload(AdapterSimSettings())
+    monkeypatch.setenv("HYLO_SIM_LOAD_DEFINITION", "capped")
+    capped = load_workload(AdapterSimSettings())
+    assert capped.name.endswith("(capped)") and not in_span.name.endswith("(capped)")
+    assert offered_load(in_span.bound.jobs, 320) == pytest.approx(0.6)
+    assert offered_load(capped.bound.jobs, 320, "capped") == pytest.approx(0.6)
+
+
+def test_a_load_out_of_reach_names_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"out of reach .* pass --load \(HYLO_SIM_LOAD"):
+        load_workload(AdapterSimSettings(sim_jobs=50, sim_load=0.9))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from shared.cli.app import app
@@ -185,9 +186,35 @@ def test_load_table_and_per_window_excluded_counts(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--load", "0.9", "--no-plots", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "Load over each window's span" in result.output
+    assert "offered load" in result.output  # the load beside the utilization
     report = json.loads((tmp_path / "simulate.json").read_text())
+    offered = report["setup"]["offered_load"]
+    assert report["setup"]["load_definition"] == "in-span" and offered["definition"] == "in-span"
+    assert offered["workload"] == pytest.approx(0.9)
+    assert len(offered["windows"]) == 3 and all(0 < x < 2 for x in offered["windows"])
     fcfs = report["policies"]["fcfs"]
     assert set(fcfs["load"]) == {"utilization", "queue_mean", "queued_frac"}
     windows = fcfs["windows"]
     assert all(w["t0_s"] <= w["last_arrival_s"] <= w["t1_s"] for w in windows)
     assert fcfs["totals"]["excluded"] == sum(w["excluded"] for w in windows)
+
+
+def test_a_load_out_of_reach_names_the_option_and_the_reach(tmp_path: Path) -> None:
+    args = ["simulate", "--jobs", "50", "--windows", "1", "--window-size", "20", "--policies", "fcfs"]
+    result = runner.invoke(app, [*args, "--load", "0.9", "--no-plots", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "offered load 0.9 is out of reach" in result.output
+    assert "reachable loads are up to" in result.output and "pass --load" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_capped_definition_stays_available(tmp_path: Path) -> None:
+    args = ["simulate", "--jobs", "900", "--windows", "1", "--window-size", "300", "--policies", "fcfs"]
+    args += ["--load", "0.9", "--no-plots", "--out", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--load-definition", "capped"])
+    assert result.exit_code == 0, result.output
+    setup = json.loads((tmp_path / "simulate.json").read_text())["setup"]
+    assert setup["load_definition"] == "capped" and setup["workload"].endswith("(capped)")
+    assert setup["offered_load"]["workload"] < 0.9  # in-span, what the capped 0.9 really offers
+    bad = runner.invoke(app, [*args, "--load-definition", "uncapped"])
+    assert bad.exit_code == 2 and "choose from in-span, capped" in bad.output

@@ -245,3 +245,13 @@ def test_load_table_from_real_summaries(three_jobs: SimResult, cut_off: SimResul
     assert cut.split()[2:] == ["62.5", "0.692", "69.2"]
     load = cmp.to_dict()["policies"]["cut off"]["load"]
     assert load["queue_mean"]["mean"] == pytest.approx(90.0 / 130.0)
+
+
+def test_load_table_puts_the_offered_load_beside_utilization(three_jobs: SimResult) -> None:
+    cmp = PolicyComparison({"complete": [summarize_window(three_jobs, range(3), label="w")]})
+    text = render(cmp.load_table([0.6]), width=120)
+    offered = next(line for line in text.splitlines() if line.lstrip().startswith("offered load"))
+    assert offered.split()[2:] == ["60.0", "-", "-"]  # under utilization; queues are the policies'
+    assert "every job" in text and "started on arrival" in text  # the caption says what it is
+    with pytest.raises(ValueError, match="2 offered loads for 1 windows"):
+        cmp.load_table([0.6, 0.7])

@@ -135,11 +135,13 @@ def test_excluded_in_window_owns_the_gap_up_to_the_next_window() -> None:
 def test_rescaled_exclusions_keep_their_place_among_the_kept_jobs() -> None:
     table = build_table(ids=["a", "b", "c"], submit=[0.0, 100.0, 200.0], runtime=[50.0] * 3, gpus=[1] * 3)
     left_out = Exclusion("never scheduled", 2, ["x", "y"], (50.0, 150.0))
-    origin, factor = arrival_scaling(table, 1, 0.25)  # 150 GPU-s over 1 GPU x 600 s: gaps x 3
-    assert (origin, factor) == (0.0, pytest.approx(3.0))
+    # in-span: a and b run their 50 s before the last arrival, c none: 100 GPU-s over 1 GPU x 200 f s
+    # = 0.25 -> gaps x 2
+    origin, factor = arrival_scaling(table, 1, 0.25)
+    assert (origin, factor) == (0.0, pytest.approx(2.0))
     moved = left_out.rescaled(origin, factor)
-    np.testing.assert_allclose(moved.submit_s, [150.0, 450.0])
-    np.testing.assert_allclose(rescale_arrivals(table, 1, 0.25).submit, [0.0, 300.0, 600.0])
+    np.testing.assert_allclose(moved.submit_s, [100.0, 300.0])
+    np.testing.assert_allclose(rescale_arrivals(table, 1, 0.25).submit, [0.0, 200.0, 400.0])
 
 
 def test_evaluate_counts_each_windows_own_excluded_jobs() -> None:

@@ -31,6 +31,7 @@ def test_train_writes_checkpoint_log_and_curve(trained: Path) -> None:
     assert card["training"]["base_policy"] == "fcfs" and card["training"]["metric"] == "wait"
     assert card["training"]["held_out"]["windows"] == 1
     assert card["training"]["extra"]["load"] == 0.9  # evaluate replays the same arrivals
+    assert card["training"]["extra"]["load_definition"] == "in-span"  # under the same definition
     assert card["training"]["extra"]["placement"] == "cp-sat"  # and places as trained
     assert len(card["features"]["schema_hash"]) == 64
     log = json.loads((trained / "train_log.json").read_text())
@@ -59,6 +60,25 @@ def test_evaluate_compares_with_baselines_on_held_out_windows(trained: Path, tmp
     assert all(int(label.split("[")[1].split(":")[0]) >= test_start for label in report["window_labels"])
     assert report["policies"]["learned-greedy"]["metrics"]["wait_mean"]["vs_baseline"]["n"] == 2
     assert (out / "box_bsld_mean.png").exists()
+
+
+def test_evaluate_keeps_an_old_cards_load_definition(trained: Path, tmp_path: Path) -> None:
+    """A card without ``load_definition`` (every card before it) was trained with the capped load:
+    evaluated as trained, its arrivals are rescaled the capped way; this card's own, in-span."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "weights.pt").write_bytes((trained / "checkpoint" / "weights.pt").read_bytes())
+    card = json.loads((trained / "checkpoint" / "card.json").read_text())
+    del card["training"]["extra"]["load_definition"]
+    (old / "card.json").write_text(json.dumps(card))
+    args = ["--windows", "1", "--policies", "fcfs", "--no-sampled", "--no-plots"]
+    for checkpoint, definition in ((old, "capped"), (trained / "checkpoint", "in-span")):
+        out = tmp_path / definition
+        result = runner.invoke(app, ["evaluate", "--checkpoint", str(checkpoint), *args, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "evaluate.json").read_text())
+        assert report["setup"]["load"] == {"target": 0.9, "definition": definition}
+        assert report["setup"]["workload"].endswith("(capped)") == (definition == "capped")
 
 
 def test_evaluate_runs_a_transfer_base_missing_from_policies(trained: Path, tmp_path: Path) -> None:

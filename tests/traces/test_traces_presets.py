@@ -32,8 +32,8 @@ def test_preset_is_valid_and_names_its_trace(preset: str) -> None:
 
 
 def test_offered_load_by_hand() -> None:
-    # two 1-GPU jobs of 100 s and one half-GPU job of 200 s, submitted over 100 s, on 4 GPUs:
-    # (100 + 100 + 0.5 x 200) / (4 x 100) = 0.75
+    # two 1-GPU jobs of 100 s and one half-GPU job of 200 s, submitted over 100 s, on 4 GPUs;
+    # in-span, each job's work up to the last arrival (100 s): (100 + 50 + 0.5 x 0) / (4 x 100)
     t = build_table(
         ids=["a", "b", "c"],
         submit=[0, 50, 100],
@@ -41,7 +41,9 @@ def test_offered_load_by_hand() -> None:
         gpus=[1, 1, 1],
         gpu_milli=[1000, 1000, 500],
     )
-    assert offered_load(t, 4) == pytest.approx(0.75)
+    assert offered_load(t, 4) == pytest.approx(0.375)
+    # capped, runtimes up to the span: (100 + 100 + 0.5 x 100) / (4 x 100)
+    assert offered_load(t, 4, "capped") == pytest.approx(0.625)
 
 
 def test_shapes() -> None:
