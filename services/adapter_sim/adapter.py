@@ -13,6 +13,9 @@ decision in is applied.
 Snapshot ``sequence`` numbers start at the wall clock in microseconds: the services remember the
 newest sequence per cluster (latest-wins), so a second run on the same cluster must not start
 below the first one's numbers or its snapshots would be skipped as stale.
+
+The cluster itself is ``SimulatedCluster`` (``cluster.py``), the simulated cluster's implementation
+of the contract every cluster adapter implements (``shared.service.cluster_adapter``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.result import SimResult
 from shared.scheduling.state import Alloc
 from shared.schemas import validate_cluster_name
+from shared.service.cluster_adapter import wall_clock_sequence
 from shared.sim.applied import run_applied
 from shared.sim.config import SimConfig
 from shared.sim.simulator import runtime_estimates
@@ -54,7 +58,7 @@ class AdapterRun:
 
 def first_sequence() -> int:
     """Microseconds since the epoch: above every sequence an earlier run on this cluster used."""
-    return time.time_ns() // 1000
+    return wall_clock_sequence(1_000_000)
 
 
 async def run_simulated_cluster(

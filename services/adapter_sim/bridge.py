@@ -10,6 +10,10 @@ deleted when the run ends.
 
 In accelerated mode nothing waits: ``send`` publishes and returns, and ``latest`` is the decision of
 the newest snapshot answered so far, whichever cycle it was for.
+
+What every cluster adapter does on the bus comes from ``shared.service.cluster_adapter``: a waiting
+cycle takes only the decision that ``answers`` its snapshot (same cluster, correlation id and
+sequence; any other is counted late), and outcomes go out through an ``OutcomeOutbox``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from services.adapter_sim.errors import AdapterError
 from services.adapter_sim.stats import AdapterStats
 from shared.bus import BusSettings, Consumer, Delivery, Publisher, stream_name
 from shared.schemas import DeadLetter, JobOutcome, MessageError, PlacementDecision, QueueSnapshot, decode
+from shared.service.cluster_adapter import OutcomeOutbox, answers
 
 __all__ = ["AdapterError", "PipelineBridge"]
 
@@ -66,7 +71,9 @@ class PipelineBridge:
             deliver_policy=DeliverPolicy.NEW,  # never the decisions of an earlier run
             inactive_threshold_s=3600.0,  # a run that crashed leaves nothing behind for long
         )
-        self._waiting: dict[str, asyncio.Future[PlacementDecision | None]] = {}
+        #: correlation id -> (the snapshot, the cycle waiting for its decision)
+        self._waiting: dict[str, tuple[QueueSnapshot, asyncio.Future[PlacementDecision | None]]] = {}
+        self.outbox = OutcomeOutbox()
         # accelerated mode: snapshots sent without waiting (correlation id -> send time), the newest
         # decision received for any of them, and the publishes still in flight
         self._sent_at: dict[str, float] = {}
@@ -110,8 +117,8 @@ class PipelineBridge:
             if self._latest is None or decision.sequence > self._latest.sequence:
                 self._latest = decision
             return
-        waiter = self._waiting.get(decision.correlation_id)
-        if waiter is None or waiter.done():
+        snapshot, waiter = self._waiting.get(decision.correlation_id, (None, None))
+        if snapshot is None or waiter is None or waiter.done() or not answers(decision, snapshot):
             self.stats.late_decisions += 1
             return
         waiter.set_result(decision)
@@ -121,7 +128,7 @@ class PipelineBridge:
             letter = decode(DeadLetter, msg.data)
         except MessageError:
             return  # not ours to judge: the dead subject is only watched for our snapshots
-        waiter = self._waiting.get(letter.correlation_id or "")
+        _, waiter = self._waiting.get(letter.correlation_id or "", (None, None))
         if waiter is None or waiter.done():
             return
         reason = letter.reason if letter.stage in letter.reason else f"{letter.stage}: {letter.reason}"
@@ -130,11 +137,11 @@ class PipelineBridge:
 
     async def publish_outcomes(self, outcomes: Sequence[JobOutcome]) -> None:
         """Publish finished jobs' outcomes (concurrently; each awaits JetStream's ack)."""
-        if outcomes:
-            try:
-                await asyncio.gather(*(self.publisher.publish(o) for o in outcomes))
-            except Exception as err:
-                raise AdapterError(f"publishing job outcomes failed: {type(err).__name__}: {err}") from err
+        self.outbox.add(outcomes)
+        try:
+            await self.outbox.flush(self.publisher.publish)
+        except Exception as err:
+            raise AdapterError(f"publishing job outcomes failed: {type(err).__name__}: {err}") from err
 
     async def round_trip(
         self, snapshot: QueueSnapshot, outcomes: Sequence[JobOutcome]
@@ -145,7 +152,7 @@ class PipelineBridge:
         loop = asyncio.get_running_loop()
         cid = snapshot.correlation_id
         waiter: asyncio.Future[PlacementDecision | None] = loop.create_future()
-        self._waiting[cid] = waiter
+        self._waiting[cid] = (snapshot, waiter)
         try:
             t0 = time.perf_counter()
             try:

@@ -11,6 +11,11 @@ State kept between calls, and why:
 - the priorities sent since that poll (a decision applied twice sends nothing the second time);
 - the newest decision sequence applied: an older decision arriving late is ignored;
 - the jobs whose priority Hylo set (to hand them back on shutdown, when configured).
+
+``SlurmAdapter`` is the Slurm implementation of the cluster-adapter contract
+(``shared.service.cluster_adapter.ClusterAdapter``: ``observe``, ``apply``, ``outcomes``,
+``hand_back``); the rules every adapter shares (snapshot sequence numbers, the stale-decision gate,
+outcomes reported once) come from there, and ``tests/adapter_contract/`` holds it to them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from services.adapter_slurm.settings import SlurmAdapterSettings
 from services.adapter_slurm.snapshot import GroupResolver, JobFilter, build_snapshot
 from shared.domain.cluster import ClusterSpec
 from shared.schemas import JobOutcome, PlacementDecision, QueueSnapshot, new_correlation_id
+from shared.service.cluster_adapter import DecisionGate, SnapshotSequence
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,8 @@ SINFO_JSON = ("sinfo", "-N", "--json")
 
 @dataclass(frozen=True)
 class PollResult:
+    """One poll: the contract's ``Observation`` (snapshot, outcomes) plus how Slurm was read."""
+
     snapshot: QueueSnapshot
     outcomes: list[JobOutcome]
     layout: str
@@ -47,10 +55,17 @@ class PollResult:
 
 @dataclass
 class DecisionResult:
+    """One applied decision: the contract's ``AppliedDecision`` plus what ``scontrol`` answered."""
+
     report: ApplyReport
     skipped: list[tuple[str, str]] = field(default_factory=list)
     unchanged: int = 0
     stale: bool = False
+
+    @property
+    def applied(self) -> list[str]:
+        """The jobs whose priority was written (or, in a dry run, would have been)."""
+        return list(self.report.sent)
 
 
 class SlurmAdapter:
@@ -74,12 +89,18 @@ class SlurmAdapter:
             settings.slurm_priority_top, settings.slurm_priority_bottom, settings.slurm_priority_step
         )
         self.output = settings.slurm_output
-        self.outcomes = OutcomeTracker(self.cluster, self.runner, accounting=settings.slurm_accounting)
+        self.tracker = OutcomeTracker(self.cluster, self.runner, accounting=settings.slurm_accounting)
         self.jobs: dict[str, SlurmJob] = {}
         self.sent: dict[str, int] = {}
         self.managed: set[str] = set()
-        self.last_sequence = -1
+        self.sequence = SnapshotSequence()
+        self.gate = DecisionGate(self.cluster)
         self.last_snapshot: QueueSnapshot | None = None
+
+    @property
+    def last_sequence(self) -> int:
+        """The snapshot sequence of the newest decision applied (-1: none yet)."""
+        return self.gate.newest
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -98,6 +119,14 @@ class SlurmAdapter:
         nodes = parse_sinfo_text(self.runner.run(SINFO_ARGS).stdout)
         return queue, nodes
 
+    def observe(self) -> PollResult:
+        """The contract's observation: a poll."""
+        return self.poll()
+
+    def outcomes(self) -> list[JobOutcome]:
+        """None: Slurm's outcomes are learned by polling, and each poll returns its own."""
+        return []
+
     def poll(self) -> PollResult:
         """Read the queue and nodes; raises SlurmCommandError (state kept) when Slurm fails us."""
         started = time.monotonic()
@@ -110,7 +139,7 @@ class SlurmAdapter:
             raise SlurmCommandError(
                 "squeue/sinfo -> QueueSnapshot", " ".join(str(err).split())[:500]
             ) from None
-        outcomes = self.outcomes.update(queue.jobs, now, correlation_id)
+        outcomes = self.tracker.update(queue.jobs, now, correlation_id)
         self.jobs = {j.job_id: j for j in queue.jobs}
         self.sent = {}
         self.last_snapshot = snapshot
@@ -123,7 +152,7 @@ class SlurmAdapter:
             cluster=self.cluster,
             correlation_id=correlation_id,
             now=now,
-            sequence=int(now * 1000),  # increases across adapter restarts too
+            sequence=self.sequence.next(int(now * 1000)),  # poll time in ms: increases across restarts
             jobs=queue.jobs,
             nodes=nodes.nodes,
             resolver=self.resolver,
@@ -141,14 +170,7 @@ class SlurmAdapter:
 
     def apply(self, decision: PlacementDecision) -> DecisionResult:
         """Write a decision's priorities (and, when configured, nodes) for the jobs Hylo manages."""
-        if decision.cluster != self.cluster:
-            raise ValueError(f"decision for cluster {decision.cluster!r}, this adapter is {self.cluster!r}")
-        if decision.sequence < self.last_sequence:
-            log.info(
-                "decision of snapshot %d is older than the one applied (%d): ignored",
-                decision.sequence,
-                self.last_sequence,
-            )
+        if not self.gate.admit(decision):  # another cluster's raises WrongCluster (a ValueError)
             return DecisionResult(ApplyReport(dry_run=self.runner.dry_run), stale=True)
         plan = plan_updates(
             decision,
@@ -164,8 +186,8 @@ class SlurmAdapter:
         report = apply_plan(self.runner, plan)
         self.sent.update(report.sent)
         self.managed.update(report.sent)
-        self.last_sequence = decision.sequence
-        self.outcomes.note_correlation(report.sent, decision.correlation_id)
+        self.gate.applied(decision)
+        self.tracker.note_correlation(report.sent, decision.correlation_id)
         log.info(
             "decision %s: %d priorities sent%s, %d unchanged, %d skipped, %d gone, %d failed",
             decision.correlation_id,
@@ -177,6 +199,10 @@ class SlurmAdapter:
             len(report.failed),
         )
         return DecisionResult(report, plan.skipped, plan.unchanged)
+
+    def hand_back(self) -> int:
+        """The contract's hand-back: ``release_all``."""
+        return self.release_all()
 
     def release_all(self) -> int:
         """Hand every still-pending managed job back to Slurm's own priority; returns how many."""

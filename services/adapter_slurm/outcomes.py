@@ -15,14 +15,15 @@ transition rule applies), instead of being dropped without an outcome.
 Why remember submit times: sacct -c prints the start time as "Submit" (the completion file has no
 submit column it reads); the adapter saw the job waiting and knows better.
 
-Duplicates are harmless: an outcome's message id is ``outcomes.<cluster>.<job_id>``, dropped by the
-stream's duplicate window, and the store inserts it once.
+Each job's outcome is reported once (``shared.service.cluster_adapter.ReportedOnce``, the rule every
+cluster adapter keeps), and duplicates would be harmless anyway: an outcome's message id is
+``outcomes.<cluster>.<job_id>``, dropped by the stream's duplicate window, and the store inserts it
+once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from services.adapter_slurm import values as v
 from services.adapter_slurm.commands import CommandRunner, SlurmCommandError, validate_job_id
 from services.adapter_slurm.model import PENDING_STATES, RUNNING_STATES, TERMINAL_STATES, SlurmJob
 from shared.schemas import JobOutcome
+from shared.service.cluster_adapter import ReportedOnce
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ class OutcomeTracker:
         self.active: dict[str, SlurmJob] = {}
         self.submits: dict[str, float] = {}
         self.correlation: dict[str, str] = {}
-        self.reported: OrderedDict[str, None] = OrderedDict()
+        self.reported = ReportedOnce(REMEMBER)
         #: vanished jobs that accounting still lists as not finished: polls left to look them up
         self.lagging: dict[str, int] = {}
         #: auto starts with slurmdbd's sacct and switches to the completion file when it is refused
@@ -132,9 +134,7 @@ class OutcomeTracker:
         )
 
     def _remember(self, job_id: str) -> None:
-        self.reported[job_id] = None
-        while len(self.reported) > REMEMBER:
-            self.reported.popitem(last=False)
+        self.reported.add(job_id)
         self.correlation.pop(job_id, None)
         self.submits.pop(job_id, None)
 

@@ -85,8 +85,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, timeout=settings.slurm_command_timeout_s * 2 + 1)
         if settings.slurm_restore_on_stop:
-            async with loop.lock:
-                count = await asyncio.to_thread(adapter.release_all)
+            count = await loop.hand_back()
             log.info("handed %d managed jobs back to Slurm's priority", count)
 
     route = Route(
