@@ -1445,8 +1445,9 @@ def _end_cycle(core):
 
 @njit(cache=True)
 def _cycle(core, now, handle):
-    """One scheduling cycle (``Simulator.run``'s ``cycle``); returns whether it left every
-    queued job unable to start on the free state (the next event may then skip a cycle)."""
+    """One scheduling cycle (the Python loop's ``Cycle.run`` in ``shared.sim.cycle``); returns
+    whether it left every queued job unable to start on the free state (the next event may then
+    skip a cycle)."""
     cyc = core.visit.counts[0]
     result = _precheck(core)  # all_blocked of this cycle, once known (0/1)
     if result < 0:

@@ -1,0 +1,411 @@
+"""What one run of the Python event loop changes: the cluster, the running jobs, the queue.
+
+Why one object: the cycle (``shared.sim.cycle``), the class-heads visit
+(``shared.sim.class_heads``), the reservation strategy (``shared.sim.reservations``) and the event
+loop (``Simulator.run``) all read and change the same run; each keeps its own logic and reads the
+state here. The per-job columns are Python lists, because the hot loop reads jobs one at a time,
+where list indexing is several times cheaper than numpy scalar indexing.
+
+Three views of the queue are kept in step, each for the readers that need it:
+- ``qbuf``/``in_queue``: every queued job in arrival order (the cycle's vectorized filters);
+- ``shape_count``/``shape_rep``: how many queued jobs ask for each shape (the shape pre-check);
+- order classes (``bucket_jobs``, ``head_np``, ``heads``): for policies that order some classes
+  of jobs by arrival (``Policy.order_classes``), only the first queued job of each class can be
+  next (``shared.sim.class_heads``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
+from shared.scheduling.binding import BoundWorkload
+from shared.scheduling.partition import row_classes
+from shared.scheduling.placement import Caps
+from shared.scheduling.releases import NodeReleases
+from shared.scheduling.state import I64, Alloc, ClusterState
+from shared.scheduling.workload_memo import per_workload
+from shared.sim.heads import Heads
+
+if TYPE_CHECKING:
+    from shared.sim.simulator import Simulator
+
+INF = math.inf
+
+#: job -> (group, nodes, whole GPUs per node, GPU ids per node or None, shared GPU or -1)
+RecordedAlloc = tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A cluster that is already running, for ``Simulator.run(resume=...)``.
+
+    ``running``: job id -> (its allocation, its start time, its estimated end, exactly as the
+    cluster reported it); its true end is unknown (it ends in no event of the run). An id may be a
+    row of the workload or any id past its last row: a reservation's plan reads only the
+    allocation and the estimated end, so a described cluster's running jobs need no rows.
+    ``blocked``: resources held by nothing a reservation can plan to release (drained or down
+    nodes, use the cluster reports but attributes to no job). The jobs of ``job_range`` must all
+    have arrived by the time of the run's first event, which is when the one cycle runs.
+    """
+
+    running: dict[int, tuple[Alloc, float, float]]
+    blocked: tuple[Alloc, ...] = ()
+    #: the cluster with ``running`` and ``blocked`` already taken (built at once from a description,
+    #: ``shared.schemas.snapshot_cluster``), used as the run's state; None: taken one by one
+    state: ClusterState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """A bound workload's per-job columns as Python lists, and what the run derives from them
+    that depends on no policy, estimate or setting.
+
+    Why cached: converting the columns of the 82,247 Philly jobs cost about 40 ms per run, which
+    a training episode over a short window paid every time. The lists are built once per
+    workload (``columns``) and only read by the run.
+    """
+
+    submit: list[float]
+    runtime: list[float]
+    gpus: list[int]
+    milli: list[int]
+    cpu: list[int]
+    mem: list[int]
+    groups_of: list[tuple[int, ...]]
+    shape: list[int]
+    job_class: list[int]
+    n_shapes: int
+    shape_gclass: list[int]  # the class of eligible groups of each shape
+    shape_min_cpu: list[int]  # per shape, the least CPUs and memory any of its jobs asks
+    shape_min_mem: list[int]
+
+
+def columns(w: BoundWorkload) -> Columns:
+    """The ``Columns`` of ``w``, kept per workload (``per_workload``)."""
+    return per_workload(w, "columns", lambda: _build_columns(w))
+
+
+def _build_columns(w: BoundWorkload) -> Columns:
+    jobs = w.jobs
+    n = len(jobs)
+    job_class = w.job_class.tolist()
+    shape = w.shape.tolist()
+    n_shapes = int(w.shape.max()) + 1 if n else 0
+    shape_gclass = [0] * n_shapes
+    for k_, c_ in zip(shape, job_class, strict=True):
+        shape_gclass[k_] = c_
+    smin = np.full(n_shapes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(smin, w.shape, jobs.cpus_milli)
+    shape_min_cpu = smin.tolist()
+    smin[:] = np.iinfo(np.int64).max
+    np.minimum.at(smin, w.shape, jobs.mem_mib)
+    shape_min_mem = smin.tolist()
+    return Columns(
+        submit=jobs.submit.tolist(),
+        runtime=jobs.runtime.tolist(),
+        gpus=jobs.gpus.tolist(),
+        milli=jobs.gpu_milli.tolist(),
+        cpu=jobs.cpus_milli.tolist(),
+        mem=jobs.mem_mib.tolist(),
+        groups_of=[w.class_groups[c] for c in job_class],
+        shape=shape,
+        job_class=job_class,
+        n_shapes=n_shapes,
+        shape_gclass=shape_gclass,
+        shape_min_cpu=shape_min_cpu,
+        shape_min_mem=shape_min_mem,
+    )
+
+
+class RunState:
+    """The state of one run of jobs ``lo..hi`` of the simulator's workload; see the module
+    docstring. Built by ``Simulator.run``; ``start_job``, ``end_due`` and ``arrive`` are the only
+    ways the running jobs and the queue change."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        st: ClusterState,
+        lo: int,
+        hi: int,
+        resume: Resume | None,
+        record_reservations: bool,
+    ) -> None:
+        """A run of ``sim`` on cluster ``st`` (idle, or the state ``resume`` describes)."""
+        w, cfg, policy = sim.w, sim.cfg, sim.policy
+        self.w, self.cfg, self.policy, self.placer = w, cfg, policy, sim.placer
+        jobs = w.jobs
+        n = self.n = len(jobs)
+        self.lo, self.hi = lo, hi
+        self.i = lo  # the next job to arrive
+        self.st = st
+        self._columns(sim)
+        self.slack = cfg.node_slack
+        self.record_allocs = sim.record_allocations
+        self.allocations: dict[int, RecordedAlloc] = sim.allocations
+        self.profiles = sim.node_release_profiles
+        self.releases = NodeReleases()
+        self.track = policy.tracks_jobs
+        self.static_keys = policy.keys(np.arange(n), 0.0) if not policy.dynamic else None
+        self.start = np.full(n, np.nan)
+        self.end = np.full(n, np.nan)
+        self.nodes_used = np.zeros(n, dtype=np.int64)
+        # the node group each job ran in: placement studies score idle GPUs per GPU type with it
+        self.job_group = np.full(n, -1, dtype=np.int64)
+        self.allocs: dict[int, Alloc] = {}
+        policy.attach(self.st, self.allocs)
+        self.heap: list[tuple[float, int]] = []
+        self.run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
+        self.run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
+        # jobs ended so far summed over each class of eligible groups (the pre-check's signature)
+        self.released_for = [0] * len(w.class_groups)
+        self.classes_with: list[list[int]] = [[] for _ in self.st.groups]
+        for c_, gset_ in enumerate(w.class_groups):
+            for g_ in gset_:
+                self.classes_with[g_].append(c_)
+        self.blocked_since: dict[int, int] = {}  # shape -> releases in its groups when it fit nowhere
+        self._queue(n)
+        self.first_res = np.full(n, np.nan) if record_reservations else None
+        self._order_classes(n)
+        self.tl_t: list[float] = []
+        self.tl_busy: list[float] = []
+        self.tl_q: list[int] = []
+        # per group with a reservation known by its bound only (the cycle's ``bounds``): the jobs
+        # started there since; ``materialize`` adds them back to see the free state the reservation
+        # was made on, so that building the caps late pins what building them at once would
+        self.since_bound: dict[int, list[Alloc]] = {}
+        if resume is not None:
+            self._resume(resume)
+
+    def _columns(self, sim: Simulator) -> None:
+        """The per-job columns (lists, cached per workload) and their numpy originals."""
+        w = self.w
+        cols = self.cols = columns(w)
+        self.submit, self.runtime, self.gpus, self.milli = cols.submit, cols.runtime, cols.gpus, cols.milli
+        self.cpu, self.mem, self.groups_of, self.shape = cols.cpu, cols.mem, cols.groups_of, cols.shape
+        if sim._est_list is None:
+            sim._est_list = sim.est.tolist()
+        self.est: list[float] = sim._est_list
+        self.shape_np, self.class_np = w.shape, w.job_class
+        self.cpu_np, self.mem_np, self.est_np = w.jobs.cpus_milli, w.jobs.mem_mib, sim.est
+        self.n_shapes = cols.n_shapes
+        self.n_classes = len(w.class_groups)
+        self.shape_gclass = cols.shape_gclass  # the class of eligible groups of each shape
+        self.shape_gclass_np = np.array(cols.shape_gclass, dtype=np.int64)
+
+    def _queue(self, n: int) -> None:
+        """The queue in arrival order: jobs arrive in index order and are appended as ranges to
+        ``qbuf``, which is compacted (started jobs dropped) when a cycle reads it (``queue``)."""
+        self.in_queue = np.zeros(n, dtype=bool)
+        self.qbuf = np.empty(max(n, 1), dtype=np.int64)
+        self.qn = 0  # entries of qbuf in use
+        self.q_upto = self.lo  # jobs below this index are in qbuf (or started)
+        self.nq = 0
+        self.shape_count: dict[int, int] = {}  # queued jobs per shape (GPU request + eligible groups)
+        self.shape_rep: dict[int, int] = {}  # one job of each shape
+
+    def _order_classes(self, n: int) -> None:
+        """Order classes (``Policy.order_classes``) split by request: the jobs of one class share
+        shape, CPUs, memory and estimate, and the policy orders them by arrival, so only the
+        first queued job of a class can be next, and a failed request retires a class whole."""
+        order_cls = self.policy.order_classes()
+        self.by_class = by_class = order_cls is not None and n > 0
+        self.job_bucket: list[int] = []
+        self.bucket_jobs: list[list[int]] = []  # per class, its jobs that arrived, in arrival order
+        self.bucket_head: list[int] = []  # per class, the position of its first queued job
+        self.head_pos = np.zeros(0, dtype=np.int64)  # the same as an array
+        self.head_np = np.zeros(0, dtype=np.int64)  # per class, its first queued job (-1: none)
+        self.queued = [False] * n  # in_queue as a list, for quick scalar reads
+        self.shape_min_cpu: list[int] = []  # per shape, the least CPUs and memory any of its jobs asks
+        self.shape_min_mem: list[int] = []
+        if by_class:
+            assert order_cls is not None
+            bucket_np = row_classes(self.shape_np, self.cpu_np, self.mem_np, self.est_np, order_cls)
+            self.job_bucket = bucket_np.tolist()
+            n_buckets = int(bucket_np.max()) + 1  # ids 0..n_buckets - 1, every one used
+            self.bucket_jobs = [[] for _ in range(n_buckets)]
+            self.bucket_head = [0] * n_buckets
+            self.head_pos = np.zeros(n_buckets, dtype=np.int64)
+            self.head_np = np.full(n_buckets, -1, dtype=np.int64)
+            self.shape_min_cpu, self.shape_min_mem = self.cols.shape_min_cpu, self.cols.shape_min_mem
+        static_keys = self.static_keys
+        self.static_keys_l: list[float] | None = static_keys.tolist() if static_keys is not None else None
+        # the heads of the order classes, sorted between cycles when keys do not move (and are
+        # not NaN, which no sort orders consistently)
+        self.heads = Heads(static_keys is not None and not bool(np.isnan(static_keys).any()))
+        self.head_key: list[float] = (
+            self.static_keys_l if self.heads.sorted and self.static_keys_l is not None else [0.0] * n
+        )
+
+    def _resume(self, resume: Resume) -> None:
+        """Take a running cluster's jobs: held until after the cycle (``end`` is unknown), released
+        in no event of this run, planned by reservations at their estimated ends like any job."""
+        st, allocs, n = self.st, self.allocs, self.n
+        taken = resume.state is not None  # a state described with these allocations taken
+        for held in resume.blocked if not taken else ():
+            st.take(held)
+        for j_, (on_, t0_, e_) in resume.running.items():
+            if not taken:
+                st.take(on_)
+            allocs[j_] = on_
+            if j_ < n:  # a row of the workload (else an id past it: only the plan reads it)
+                self.start[j_] = t0_
+                self.job_group[j_] = on_.group
+                self.nodes_used[j_] = len(on_.nodes)
+                self.heap.append((INF, j_))
+            self.run_sorted.append((e_, j_))
+            self.run_by_group.setdefault(on_.group, []).append((e_, j_))
+            if self.profiles and st.groups[on_.group].gfree is None:
+                self.releases.add(j_, e_, on_)
+        self.run_sorted.sort()  # one sort, not an insort per job
+        for rg_ in self.run_by_group.values():
+            rg_.sort()
+        heapq.heapify(self.heap)
+
+    # ------------------------------------------------------------------------------------------
+    def start_job(self, j: int, a: Alloc, now: float) -> None:
+        """Start queued job ``j`` on ``a`` at ``now``."""
+        self.st.take(a)
+        since_bound = self.since_bound
+        if since_bound:
+            started_here = since_bound.get(a.group)
+            if started_here is not None:
+                started_here.append(a)
+        self.allocs[j] = a
+        self.in_queue[j] = False
+        self.nq -= 1
+        self.start[j] = now
+        e = now + self.runtime[j]
+        self.end[j] = e
+        self.nodes_used[j] = len(a.nodes)
+        self.job_group[j] = a.group
+        if self.record_allocs:
+            self.allocations[j] = (
+                a.group,
+                tuple(a.nodes),
+                tuple(a.whole),
+                None if a.gpu_ids is None else tuple(tuple(x) for x in a.gpu_ids),
+                a.frac_gpu,
+            )
+        heapq.heappush(self.heap, (e, j))
+        e_est = now + self.est[j]
+        insort(self.run_sorted, (e_est, j))
+        insort(self.run_by_group.setdefault(a.group, []), (e_est, j))
+        if self.profiles and self.st.groups[a.group].gfree is None:
+            self.releases.add(j, e_est, a)
+        k = self.shape[j]
+        c = self.shape_count[k] - 1
+        if c:
+            self.shape_count[k] = c
+        else:
+            del self.shape_count[k]
+        if self.by_class:
+            self._next_head(j, k)
+        if self.track:
+            self.policy.on_start(j, now)
+
+    def _next_head(self, j: int, k: int) -> None:
+        """Job ``j`` (of shape ``k``) left the queue: if it headed its order class, the class's
+        next queued job becomes its head."""
+        self.queued[j] = False
+        b = self.job_bucket[j]
+        head_np = self.head_np
+        if head_np[b] == j:
+            lst = self.bucket_jobs[b]
+            queued = self.queued
+            h = self.bucket_head[b] + 1
+            while h < len(lst) and not queued[lst[h]]:
+                h += 1
+            self.bucket_head[b] = h
+            self.head_pos[b] = h
+            self.heads.remove(self.head_key[j], j, k)
+            if h < len(lst):
+                head_np[b] = nxt = lst[h]
+                self.heads.add(self.head_key[nxt], nxt, b, h, k)
+            else:
+                head_np[b] = -1
+
+    def end_due(self, now: float) -> bool:
+        """Release every running job that ends by ``now``; True if any did."""
+        heap, allocs, st, est, start = self.heap, self.allocs, self.st, self.est, self.start
+        run_sorted, profiles = self.run_sorted, self.profiles
+        released = False
+        while heap and heap[0][0] <= now:
+            _, r = heapq.heappop(heap)
+            a = allocs.pop(r)
+            st.give(a)
+            for c_ in self.classes_with[a.group]:
+                self.released_for[c_] += 1
+            e_est = start[r] + est[r]
+            del run_sorted[bisect_left(run_sorted, (e_est, r))]
+            rg = self.run_by_group[a.group]
+            del rg[bisect_left(rg, (e_est, r))]
+            if profiles and st.groups[a.group].gfree is None:
+                self.releases.remove(r, e_est, a)
+            released = True
+            if self.track:
+                self.policy.on_end(r, now)
+        return released
+
+    def arrive(self, now: float) -> int:
+        """Queue every job submitted by ``now``; returns the first of them (``i`` is past the last)."""
+        i, hi, submit, shape = self.i, self.hi, self.submit, self.shape
+        first_new = i
+        shape_count, by_class = self.shape_count, self.by_class
+        while i < hi and submit[i] <= now:
+            self.in_queue[i] = True
+            self.nq += 1
+            k = shape[i]
+            shape_count[k] = shape_count.get(k, 0) + 1
+            self.shape_rep.setdefault(k, i)
+            if by_class:
+                self.queued[i] = True
+                b = self.job_bucket[i]
+                lst = self.bucket_jobs[b]
+                lst.append(i)
+                if self.head_np[b] < 0:
+                    self.head_np[b] = i
+                    self.bucket_head[b] = len(lst) - 1
+                    self.head_pos[b] = len(lst) - 1
+                    self.heads.add(self.head_key[i], i, b, len(lst) - 1, k)
+            i += 1
+        self.i = i
+        return first_new
+
+    def queue(self) -> I64:
+        """The queued jobs in arrival order (a copy), compacting ``qbuf`` on the way."""
+        i, qbuf = self.i, self.qbuf
+        if self.q_upto < i:
+            qbuf[self.qn : self.qn + i - self.q_upto] = np.arange(self.q_upto, i)
+            self.qn += i - self.q_upto
+            self.q_upto = i
+        q = qbuf[: self.qn]
+        if self.qn != self.nq:
+            q = q[self.in_queue[q]]
+            self.qn = len(q)
+            qbuf[: self.qn] = q
+        else:
+            q = q.copy()
+        return q
+
+    def place(self, j: int, gset: tuple[int, ...], caps: dict[int, Caps] | None = None) -> Alloc | None:
+        """The placer's allocation for job ``j`` now, on ``gset``, under node ``caps``."""
+        return self.placer.place(
+            self.st, self.gpus[j], self.milli[j], self.cpu[j], self.mem[j], gset, caps, self.slack
+        )
+
+    def note_time(self, now: float) -> None:
+        """One point of the timeline: busy GPUs and queued jobs after the event at ``now``."""
+        self.tl_t.append(now)
+        self.tl_busy.append(self.st.busy_milli / WHOLE_GPU_MILLI)
+        self.tl_q.append(self.nq)
+
+    def timeline(self) -> tuple[FloatArray, FloatArray, I64]:
+        return np.asarray(self.tl_t), np.asarray(self.tl_busy), np.asarray(self.tl_q, dtype=np.int64)
