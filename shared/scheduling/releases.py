@@ -2,7 +2,8 @@
 
 An EASY reservation asks for the earliest estimated time a blocked job fits. For a job that takes
 one node of a group (no GPU shares tracked there), that time is the minimum over nodes of the first
-release, in order of estimated end, after which the node has the GPUs, CPUs and memory. Each node's
+release, in order of estimated end (ties in the order the jobs started), after which the node has
+the GPUs, CPUs and memory. Each node's
 answer depends only on that node's running jobs and free resources, so it is cached per node and
 request and dropped when the node changes: a reservation then costs one cached look-up per node
 instead of a replay of every running job, and a cycle recomputes only the nodes that changed.
@@ -14,24 +15,29 @@ from bisect import bisect_left, insort
 
 from shared.scheduling.state import Alloc, GroupState
 
-#: (estimated end, job) of the release after which a node fits, and its free whole GPUs, milli-CPUs
-#: and MiB at that point
-Fit = tuple[tuple[float, int], int, int, int]
+#: a release's place in the order running jobs are released in: (estimated end, start order), the
+#: start order being the job's rank among the run's starts (``RunState.start_job``); unique per
+#: running job, and the same order for every job numbering (``docs/simulator.md``, ties)
+Point = tuple[float, int]
+#: the release after which a node fits, and its free whole GPUs, milli-CPUs and MiB at that point
+Fit = tuple[Point, int, int, int]
 #: requests per group whose per-node answers are kept between calls (``group_fits``)
 GROUP_TABLES = 8
 
 
 class NodeReleases:
-    """Running allocations per node, sorted by (estimated end, job), with a first-fit cache."""
+    """Running allocations per node, sorted by ``Point`` (estimated end, start order), with a
+    first-fit cache. A release is named by its start order, not its job: ties in estimated end
+    are released first started, first released, whatever the jobs' ids."""
 
     def __init__(self) -> None:
         self._runs: dict[tuple[int, int], list[tuple[float, int, int, int, int]]] = {}
         self._cache: dict[tuple[int, int], dict[tuple[int, int, int], Fit | None]] = {}
         # per group and request, node -> first fit of the nodes not changed since it was computed
         self._group: dict[int, dict[tuple[int, int, int], dict[int, Fit | None]]] = {}
-        # per node holding GPUs, its last GPU release (estimated end, job); per group the same
-        # as a sorted list of (estimated end, job, node), for ``kth_drain``
-        self._drain: dict[tuple[int, int], tuple[float, int]] = {}
+        # per node holding GPUs, its last GPU release (a ``Point``); per group the same as a
+        # sorted list of (estimated end, start order, node), for ``kth_drain``
+        self._drain: dict[tuple[int, int], Point] = {}
         self._drains: dict[int, list[tuple[float, int, int]]] = {}
 
     def _changed(self, g: int, i: int) -> None:
@@ -44,10 +50,10 @@ class NodeReleases:
     def _set_drain(self, g: int, i: int) -> None:
         """Recompute node i's last GPU release after its runs changed."""
         key = (g, i)
-        new: tuple[float, int] | None = None
-        for e, r, dw, _, _ in reversed(self._runs[key]):
+        new: Point | None = None
+        for e, s, dw, _, _ in reversed(self._runs[key]):
             if dw:
-                new = (e, r)
+                new = (e, s)
                 break
         old = self._drain.get(key)
         if new == old:
@@ -60,21 +66,23 @@ class NodeReleases:
             insort(drains, (new[0], new[1], i))
             self._drain[key] = new
 
-    def add(self, job: int, est_end: float, a: Alloc) -> None:
+    def add(self, order: int, est_end: float, a: Alloc) -> None:
+        """A job started on ``a``: ``order`` is its start order (its ``Point`` with ``est_end``)."""
         g = a.group
         for k, i in enumerate(a.nodes):
             key = (g, i)
-            insort(self._runs.setdefault(key, []), (est_end, job, a.whole[k], a.cpu[k], a.mem[k]))
+            insort(self._runs.setdefault(key, []), (est_end, order, a.whole[k], a.cpu[k], a.mem[k]))
             self._changed(g, i)
             if a.whole[k]:
                 self._set_drain(g, i)
 
-    def remove(self, job: int, est_end: float, a: Alloc) -> None:
+    def remove(self, order: int, est_end: float, a: Alloc) -> None:
+        """The job added with this start order and estimated end ended."""
         g = a.group
         for k, i in enumerate(a.nodes):
             key = (g, i)
             runs = self._runs[key]
-            del runs[bisect_left(runs, (est_end, job))]
+            del runs[bisect_left(runs, (est_end, order))]
             self._changed(g, i)
             if a.whole[k]:
                 self._set_drain(g, i)
@@ -91,18 +99,18 @@ class NodeReleases:
             return cached[req]
         w, c, m = int(gs.whole[i]), int(gs.cpu[i]), int(gs.mem[i])
         found: Fit | None = None
-        for e, r, dw, dc, dm in self._runs.get(key, ()):
+        for e, s, dw, dc, dm in self._runs.get(key, ()):
             w += dw
             c += dc
             m += dm
             if w >= gpus and c >= cpu and m >= mem:
-                found = ((e, r), w, c, m)
+                found = ((e, s), w, c, m)
                 break
         self._cache.setdefault(key, {})[req] = found
         return found
 
-    def kth_drain(self, gs: GroupState, k: int) -> tuple[float, int] | None:
-        """The k-th earliest release (estimated end, job) after which a node of ``gs`` has all its
+    def kth_drain(self, gs: GroupState, k: int) -> Point | None:
+        """The k-th earliest release (a ``Point``) after which a node of ``gs`` has all its
         GPUs free, if running jobs end in order of estimated end; None when k nodes are free now.
 
         A gang of k whole nodes (k x GPUs per node, no node slack) first fits, GPU-wise, exactly
@@ -112,8 +120,8 @@ class NodeReleases:
         free_now = len(gs.bucket[gs.G])
         if free_now >= k:
             return None
-        e, r, _ = self._drains[gs.index][k - free_now - 1]
-        return (e, r)
+        e, s, _ = self._drains[gs.index][k - free_now - 1]
+        return (e, s)
 
     def group_fits(self, gs: GroupState, gpus: int, cpu: int, mem: int) -> dict[int, Fit | None]:
         """``first_fit`` of every node of ``gs`` (node -> fit), recomputing only the nodes that

@@ -47,14 +47,16 @@ class ClusterView:
     state: ClusterState
     #: queued jobs, in arrival order
     queued: IntArray
-    #: running jobs -> (allocation, start, estimated end)
+    #: running jobs -> (allocation, start, estimated end), in the order they started (the order
+    #: in which reservations release those with the same estimated end)
     running: Mapping[int, RunningAt]
     #: jobs that ended since the previous event with a queue, with their end times
     ended: list[tuple[int, float]]
 
 
 class Decider(Protocol):
-    """Decides, at one event, which queued jobs start where (job -> allocation)."""
+    """Decides, at one event, which queued jobs start where (job -> allocation, started in
+    that order)."""
 
     def decide(self, view: ClusterView) -> Mapping[int, Alloc]: ...
 
@@ -132,7 +134,7 @@ def run_applied(
     est = estimate.tolist()
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     nodes_used = np.zeros(n, dtype=np.int64)
-    running: dict[int, RunningAt] = {}
+    running: dict[int, RunningAt] = {}  # in start order: the order of each decision, decision after decision
     queued: list[int] = []
     heap: list[tuple[float, int]] = []
     ended: list[tuple[int, float]] = []

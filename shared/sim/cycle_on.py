@@ -11,7 +11,10 @@ How the described cluster becomes a simulator run: the pending jobs are the rows
 workload, all arriving at ``now`` in rank order, ordered by a policy whose keys are the ranks (their
 own submit times play no part: the order is the pipeline's). The running jobs are resumed on their
 allocations under ids past the last row (their true ends unknown, their estimated ends planned by
-the reservations).
+the reservations). Those ids play no part either: reservations release running jobs with the same
+estimated end in the order they started (``Resume``: by start time, then as listed), the order the
+simulator releases them in, so ``running`` lists jobs that started at the same time in the order
+they were started (``CycleOutcome.starts`` is in that order).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class RunningAt:
 class CycleOutcome:
     """What one cycle decided, by position in the ranked pending list."""
 
+    #: position -> allocation, in the order the cycle started them (a later cycle's ``running``
+    #: lists them so: reservations release ties in estimated end in start order)
     starts: dict[int, Alloc]
     #: EASY reservations: the time a blocked job is planned to start
     reserved: dict[int, float]
@@ -200,6 +205,9 @@ def cycle_on(
     """The simulator's scheduling cycle at ``now`` on this cluster: which of ``pending`` (in rank
     order, highest first) start where, and the reservations of those that wait.
 
+    ``running``: jobs that started at the same time in the order they started (the order of a
+    ``CycleOutcome.starts``); their order otherwise plays no part.
+
     ``blocked``: resources no reservation may plan on (drained, down or unreported nodes; use the
     cluster attributes to no job). ``track``: the node groups that keep per-GPU shares (by default
     those of the fractional jobs, running or pending). ``batch_placer``: the CP-SAT placer to use
@@ -234,8 +242,9 @@ def cycle_on(
     )
     easy = config.backfill == "easy"
     result = sim.run(record_reservations=easy, resume=resume)
-    started = np.flatnonzero(~np.isnan(result.start)).tolist()
-    starts = {j: sim.final_allocs[j] for j in started}
+    # the pending rows the cycle started, in the order it started them (``final_allocs`` holds the
+    # resumed jobs, ids n and up, then each start as it happened)
+    starts = {j: a for j, a in sim.final_allocs.items() if j < n}
     reserved: dict[int, float] = {}
     if easy and sim.first_reservation is not None:
         for j in np.flatnonzero(np.isfinite(sim.first_reservation)).tolist():

@@ -2,13 +2,15 @@
 earliest, and the caps that keep that start free for it.
 
 Why a module of its own: a reservation is the one part of a cycle that looks into the future
-(running jobs released in order of estimated end), and it has a plain reference (``replay``: the
-releases replayed on a scratch copy of the cluster) plus exact shortcuts that must give the same
-time and the same caps (``bound`` from cached per-node release profiles and drain points,
-``replay_light`` on the touched nodes only, ``whole_node_plan`` read off the arrays). Keeping them
-together, apart from the cycle that asks for reservations (``shared.sim.cycle``), lets the
-shortcuts be read against the reference. See ``SimConfig`` for what a reservation protects
-(``reservation="nodes"``: pinned nodes; ``"count"``: textbook EASY's extra GPUs).
+(running jobs released in order of estimated end, ties in the order the jobs started: a
+``Point``, (estimated end, start order), names each release), and it has a plain reference
+(``replay``: the releases replayed on a scratch copy of the cluster) plus exact shortcuts that
+must give the same time and the same caps (``bound`` from cached per-node release profiles and
+drain points, ``replay_light`` on the touched nodes only, ``whole_node_plan`` read off the
+arrays). Keeping them together, apart from the cycle that asks for reservations
+(``shared.sim.cycle``), lets the shortcuts be read against the reference. See ``SimConfig`` for
+what a reservation protects (``reservation="nodes"``: pinned nodes; ``"count"``: textbook EASY's
+extra GPUs).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.scheduling.binding import nodes_needed
 from shared.scheduling.pinning import repin
 from shared.scheduling.placement import BestFit, Caps, count_demand
+from shared.scheduling.releases import Point
 from shared.scheduling.state import I64, Alloc, GroupState, top_from_hist
 
 if TYPE_CHECKING:
@@ -46,16 +49,17 @@ class _Scratch:
 class Bound:
     """An EASY reservation known by its earliest possible time, its caps not yet built.
 
-    ``when`` is exact unless CPUs or memory bind at ``point`` (the release after which the job
-    fits GPU-wise); it never exceeds the exact time. ``group`` is the group of a gang fit (-1
-    for a single-node fit, then ``node_pick`` holds the release, the group and the node).
+    ``when`` is exact unless CPUs or memory bind at ``point`` (the release, (estimated end,
+    start order), after which the job fits GPU-wise); it never exceeds the exact time.
+    ``group`` is the group of a gang fit (-1 for a single-node fit, then ``node_pick`` holds the
+    release, the group and the node).
     """
 
     job: int
     when: float
-    point: tuple[float, int]
+    point: Point
     group: int
-    node_pick: tuple[tuple[float, int], int, int] | None
+    node_pick: tuple[Point, int, int] | None
 
 
 class Reservations:
@@ -101,7 +105,7 @@ class Reservations:
         c_, mm = self.cpu[j], self.mem[j]
         single = [g for g in gset if slack == 0 and need <= st.groups[g].G]
         node_pick = self.first_node_fit(single, need, c_, mm) if single else None
-        best: tuple[float, int] = node_pick[0] if node_pick is not None else (INF, -1)
+        best: Point = node_pick[0] if node_pick is not None else (INF, -1)
         hit = -1
         for g in gset:
             if g not in single:
@@ -150,13 +154,13 @@ class Reservations:
     # bounds
     def first_node_fit(
         self, node_groups: list[int], need: int, c_: int, mm: int
-    ) -> tuple[tuple[float, int], int, int] | None:
-        """The first release (in estimated-end order) after which a node of these groups holds
+    ) -> tuple[Point, int, int] | None:
+        """The first release (in release order) after which a node of these groups holds
         the request, and the node the placer would pick then: with nothing fitting before, only
         the released job's nodes can newly fit, and among them best-fit takes the fullest
         (then lowest id), first-fit the lowest id."""
         st, releases = self.st, self.releases
-        first: tuple[float, int] | None = None
+        first: Point | None = None
         picks: list[tuple[int, int, int, int, int]] = []  # (free GPUs, node, group, cpu, mem)
         for g in node_groups:
             for i, f in releases.group_fits(st.groups[g], need, c_, mm).items():
@@ -171,7 +175,7 @@ class Reservations:
         _, i, g, _, _ = min(picks) if self.placer.best else min(picks, key=lambda p: p[1])
         return first, g, i
 
-    def gang_point(self, g: int, need: int, stop: tuple[float, int]) -> tuple[float, int] | None:
+    def gang_point(self, g: int, need: int, stop: Point) -> Point | None:
         """The first release in group g, before ``stop``, after which the free-GPU histogram
         of g could hold a gang of ``need`` GPUs (CPUs and memory not yet considered): the
         earliest time a reservation in g is possible. Whole-node gangs read it from the
@@ -184,14 +188,14 @@ class Reservations:
         if slack == 0 and need % gs0.G == 0:
             point = self.releases.kth_drain(gs0, need // gs0.G)
             if point is None:  # enough free nodes now: the first release is the first test
-                point = runs[0]
+                point = (runs[0][0], runs[0][1])
             return point if point < stop else None
         hist = [len(b) for b in gs0.bucket]
         free = gs0.free_whole
         span = nodes_needed(need, gs0.G) + slack
         whole: dict[int, int] = {}
-        for e, r in runs:
-            if (e, r) >= stop:
+        for e, s, r in runs:
+            if (e, s) >= stop:
                 return None
             a = allocs[r]
             for t, i in enumerate(a.nodes):
@@ -205,19 +209,19 @@ class Reservations:
                     whole[i] = w0 + dw
                     free += dw
             if free >= need and top_from_hist(hist, span) >= need:
-                return (e, r)
+                return (e, s)
         return None
 
     # ------------------------------------------------------------------------------------------
     # the free state at a reservation's time
-    def changes_until(self, g: int, point: tuple[float, int]) -> dict[int, list[int]]:
-        """The free [whole GPUs, CPUs, memory] of group g's nodes that running jobs ending up
-        to ``point`` (in estimated-end order) release, per node they touch."""
+    def changes_until(self, g: int, point: Point) -> dict[int, list[int]]:
+        """The free [whole GPUs, CPUs, memory] of group g's nodes that running jobs released up
+        to ``point`` (in release order) release, per node they touch."""
         gs0 = self.st.groups[g]
         allocs = self.allocs
         changes: dict[int, list[int]] = {}
-        for e, r in self.run_by_group[g]:
-            if (e, r) > point:
+        for e, s, r in self.run_by_group[g]:
+            if (e, s) > point:
                 break
             a = allocs[r]
             for t, i in enumerate(a.nodes):
@@ -339,7 +343,7 @@ class Reservations:
         if self.count_mode:
             allocs = self.allocs
             free = self.st.groups[g].free_whole
-            for e, r in self.run_by_group.get(g, ()):
+            for e, _, r in self.run_by_group.get(g, ()):
                 if e > when:
                     break
                 free += count_demand(allocs[r])
@@ -349,8 +353,9 @@ class Reservations:
     # ------------------------------------------------------------------------------------------
     # the reference: replaying the releases
     def replay(self, j: int, now: float, caps_out: Reserved, started: list[Alloc]) -> float:
-        """``reserve`` the plain way: running jobs are released, in order of estimated end, on
-        a scratch copy of j's groups until j fits (the reference for every shortcut)."""
+        """``reserve`` the plain way: running jobs are released, in order of estimated end (ties
+        in the order they started), on a scratch copy of j's groups until j fits (the reference
+        for every shortcut)."""
         st, slack, allocs, placer = self.st, self.slack, self.allocs, self.placer
         gset = self.groups_of[j]
         need, m, c_, mm = self.gpus[j], self.milli[j], self.cpu[j], self.mem[j]
@@ -372,7 +377,7 @@ class Reservations:
             for g in gset:
                 scratch.groups[g] = st.groups[g].copy()
             runs = self.run_sorted
-        for e, r in runs:
+        for e, _, r in runs:
             a = allocs[r]
             gs = scratch.groups[a.group]
             if gs is None:
@@ -420,7 +425,7 @@ class Reservations:
         gang = not node_test and not share_test and need > 0 and m == WHOLE_GPU_MILLI
         hists = {g: [len(b) for b in st.groups[g].bucket] for g in gset} if gang else {}
         pos = 0
-        for e, r in self.run_sorted:
+        for e, _, r in self.run_sorted:
             pos += 1
             a = allocs[r]
             g = a.group

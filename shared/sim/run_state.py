@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 INF = math.inf
 
+#: a running job as reservations release it: (estimated end, start order, job), sorted by the
+#: first two (``RunState.start_job``; ``shared.scheduling.releases.Point``)
+Release = tuple[float, int, int]
 #: job -> (group, nodes, whole GPUs per node, GPU ids per node or None, shared GPU or -1)
 RecordedAlloc = tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...] | None, int]
 
@@ -49,7 +52,10 @@ class Resume:
     ``running``: job id -> (its allocation, its start time, its estimated end, exactly as the
     cluster reported it); its true end is unknown (it ends in no event of the run). An id may be a
     row of the workload or any id past its last row: a reservation's plan reads only the
-    allocation and the estimated end, so a described cluster's running jobs need no rows.
+    allocation and the estimated end, so a described cluster's running jobs need no rows. The
+    order the jobs started is their start time, then the order they are listed in (jobs started
+    in one cycle: in the order that cycle started them): reservations release ties in estimated
+    end in that order, whatever the ids (``RunState.start_job``).
     ``blocked``: resources held by nothing a reservation can plan to release (drained or down
     nodes, use the cluster reports but attributes to no job). The jobs of ``job_range`` must all
     have arrived by the time of the run's first event, which is when the one cycle runs.
@@ -162,8 +168,11 @@ class RunState:
         self.allocs: dict[int, Alloc] = {}
         policy.attach(self.st, self.allocs)
         self.heap: list[tuple[float, int]] = []
-        self.run_sorted: list[tuple[float, int]] = []  # running jobs by estimated end, for reservations
-        self.run_by_group: dict[int, list[tuple[float, int]]] = {}  # the same, per node group
+        # running jobs in the order reservations release them: (estimated end, start order, job)
+        self.run_sorted: list[Release] = []
+        self.run_by_group: dict[int, list[Release]] = {}  # the same, per node group
+        self.start_order: dict[int, int] = {}  # running job -> its start order (see ``start_job``)
+        self.n_started = 0  # starts so far, resumed jobs included
         # jobs ended so far summed over each class of eligible groups (the pre-check's signature)
         self.released_for = [0] * len(w.class_groups)
         self.classes_with: list[list[int]] = [[] for _ in self.st.groups]
@@ -251,19 +260,23 @@ class RunState:
         taken = resume.state is not None  # a state described with these allocations taken
         for held in resume.blocked if not taken else ():
             st.take(held)
-        for j_, (on_, t0_, e_) in resume.running.items():
+        # start orders by start time, then as listed (a stable sort): what a run that had started
+        # them itself would have given them
+        for j_, (on_, t0_, e_) in sorted(resume.running.items(), key=lambda kv: kv[1][1]):
             if not taken:
                 st.take(on_)
             allocs[j_] = on_
+            s_ = self.start_order[j_] = self.n_started
+            self.n_started += 1
             if j_ < n:  # a row of the workload (else an id past it: only the plan reads it)
                 self.start[j_] = t0_
                 self.job_group[j_] = on_.group
                 self.nodes_used[j_] = len(on_.nodes)
                 self.heap.append((INF, j_))
-            self.run_sorted.append((e_, j_))
-            self.run_by_group.setdefault(on_.group, []).append((e_, j_))
+            self.run_sorted.append((e_, s_, j_))
+            self.run_by_group.setdefault(on_.group, []).append((e_, s_, j_))
             if self.profiles and st.groups[on_.group].gfree is None:
-                self.releases.add(j_, e_, on_)
+                self.releases.add(s_, e_, on_)
         self.run_sorted.sort()  # one sort, not an insort per job
         for rg_ in self.run_by_group.values():
             rg_.sort()
@@ -271,7 +284,12 @@ class RunState:
 
     # ------------------------------------------------------------------------------------------
     def start_job(self, j: int, a: Alloc, now: float) -> None:
-        """Start queued job ``j`` on ``a`` at ``now``."""
+        """Start queued job ``j`` on ``a`` at ``now``.
+
+        Its start order (the number of starts before it) breaks ties in estimated end: running
+        jobs are released, in reservations, by (estimated end, start order). Not by job id: a
+        described cluster (``shared.sim.cycle_on``) numbers its jobs otherwise, and its cycle must
+        release them in the simulator's order to pin the same nodes."""
         self.st.take(a)
         since_bound = self.since_bound
         if since_bound:
@@ -296,10 +314,12 @@ class RunState:
             )
         heapq.heappush(self.heap, (e, j))
         e_est = now + self.est[j]
-        insort(self.run_sorted, (e_est, j))
-        insort(self.run_by_group.setdefault(a.group, []), (e_est, j))
+        s = self.start_order[j] = self.n_started
+        self.n_started = s + 1
+        insort(self.run_sorted, (e_est, s, j))
+        insort(self.run_by_group.setdefault(a.group, []), (e_est, s, j))
         if self.profiles and self.st.groups[a.group].gfree is None:
-            self.releases.add(j, e_est, a)
+            self.releases.add(s, e_est, a)
         k = self.shape[j]
         c = self.shape_count[k] - 1
         if c:
@@ -335,7 +355,7 @@ class RunState:
     def end_due(self, now: float) -> bool:
         """Release every running job that ends by ``now``; True if any did."""
         heap, allocs, st, est, start = self.heap, self.allocs, self.st, self.est, self.start
-        run_sorted, profiles = self.run_sorted, self.profiles
+        run_sorted, profiles, start_order = self.run_sorted, self.profiles, self.start_order
         released = False
         while heap and heap[0][0] <= now:
             _, r = heapq.heappop(heap)
@@ -344,11 +364,12 @@ class RunState:
             for c_ in self.classes_with[a.group]:
                 self.released_for[c_] += 1
             e_est = start[r] + est[r]
-            del run_sorted[bisect_left(run_sorted, (e_est, r))]
+            s = start_order.pop(r)
+            del run_sorted[bisect_left(run_sorted, (e_est, s))]
             rg = self.run_by_group[a.group]
-            del rg[bisect_left(rg, (e_est, r))]
+            del rg[bisect_left(rg, (e_est, s))]
             if profiles and st.groups[a.group].gfree is None:
-                self.releases.remove(r, e_est, a)
+                self.releases.remove(s, e_est, a)
             released = True
             if self.track:
                 self.policy.on_end(r, now)

@@ -113,19 +113,14 @@ def test_a_decision_that_does_not_fit_is_refused_with_the_job_named() -> None:
         run_applied(bound, Greedy(), np.array([5.0, 5.0]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known divergence (open in issue 18): running jobs with the same estimated end are "
-    "released by job id; a resumed cycle numbers the jobs it starts before those already running",
-)
 def test_jobs_ending_together_are_released_in_the_same_order_by_both() -> None:
     """Found by a random search of the scenario above. Two nodes of 2 GPUs, first-fit, FCFS, EASY.
     At t=1 job 3 runs on node 1 until 2; jobs 4 and 5 start on node 0, also until 2; gang 6 (2 GPUs)
     waits and reserves t=2 on the node freed first; share 7 (until 3) fits now on node 1 unless the
-    reservation pinned node 1. The simulator releases job 3 first (the lowest id) and pins node 1;
-    ``cycle_on`` gives the running job an id past the pending rows, releases jobs 4 and 5 first,
-    pins node 0 and starts job 7 at t=1 instead of t=2. The fix: release ties in the order the jobs
-    started, in both loops and the compiled core."""
+    reservation pinned node 1. The simulator released job 3 first (then the lowest id) and pinned
+    node 1; ``cycle_on`` gave the running job an id past the pending rows, released jobs 4 and 5
+    first, pinned node 0 and started job 7 at t=1 instead of t=2. Both now release ties in
+    estimated end in the order the jobs started, whatever their ids: job 3 first."""
     sub = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     rt = [1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 2.0]
     jobs = build_table(
@@ -137,3 +132,23 @@ def test_jobs_ending_together_are_released_in_the_same_order_by_both() -> None:
         gpu_milli=[1000] * 7 + [100],
     )
     both(bind_jobs(jobs, one_group_spec(2, 2)), "fcfs", SimConfig(placement="first-fit"))
+
+
+def test_jobs_started_together_are_released_in_the_order_they_started() -> None:
+    """Ties in start time too: two nodes of 4 GPUs, first-fit, SJF (estimate, then GPUs), all jobs
+    at t=0. SJF starts y (1 GPU, until 3) on node 0, then x (4 GPUs, until 3, the lower id) on
+    node 1; gang g (6 GPUs) waits and reserves t=3; z (1 GPU, until 4) runs past it. Released in
+    start order, y then x: g fits only once both are gone, plans 4 + 2 GPUs on nodes 0 and 1 and
+    pins all of node 0, so z waits until 3. (Released by id, x first: g fitted with y still on node
+    0, planned 3 + 3, and z started at once on node 0, in the simulator; ``cycle_on``, which
+    numbers the pending jobs by rank, released y first and kept z waiting.) The Python loop,
+    the compiled core and the applied cycle agree."""
+    rt = [3.0, 3.0, 3.0, 4.0]
+    jobs = build_table(ids=["x", "y", "g", "z"], submit=[0.0] * 4, runtime=rt, estimate=rt, gpus=[4, 1, 6, 1])
+    bound = bind_jobs(jobs, one_group_spec(2, 4))
+    cfg = SimConfig(placement="first-fit")
+    for core in ("python", "compiled"):
+        sim = Simulator(bound, make_policy("sjf"), cfg)
+        sim.core = core
+        assert sim.run().start.tolist() == [0.0, 0.0, 3.0, 3.0], core
+    both(bound, "sjf", cfg)

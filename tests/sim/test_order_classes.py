@@ -301,8 +301,8 @@ def test_group_fits_match_a_fresh_replay(
 ) -> None:
     """After any sequence of starts and ends (and queries in between, for up to 12 requests, more
     than the tables kept per group), ``group_fits`` gives for every node the first release, in
-    (estimated end, job) order, after which the node holds the request: replayed here from the
-    running jobs alone."""
+    (estimated end, start order) order (the job numbers here: jobs start in number order), after
+    which the node holds the request: replayed here from the running jobs alone."""
     spec = one_group_spec(6, 4, 16, 2)
     state = ClusterState(spec)
     gs = state.groups[0]

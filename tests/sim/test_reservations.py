@@ -1,7 +1,8 @@
 """The fast parts of EASY reservations and of the class-heads cycle, each against a plain version.
 
 - ``NodeReleases.kth_drain`` (when a gang of k whole nodes first fits, GPU-wise) against a replay
-  of the running jobs' releases in (estimated end, job) order, counting entirely free nodes;
+  of the running jobs' releases in (estimated end, start order) order (the job numbers here:
+  jobs start in number order), counting entirely free nodes;
 - lazy reservations (a bound first, caps only when a job may run past it) against eager ones,
   and both against the plain replay, on random scenarios and on a long queue of whole-node gangs
   whose CPU requests sometimes bind (the bound's fallback);

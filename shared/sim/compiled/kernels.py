@@ -815,11 +815,12 @@ def _start(core, j, g, cnt, now):
     out.start[j] = now
     out.end[j] = now + job.runtime
     loop.n_ends = _hpush(core.ends, loop.n_ends, out.end[j], j, 0)
-    # insert into the estimated-end order (after the entries with a smaller (end, job))
+    # insert into the release order (estimated end, then start order): after every entry with an
+    # end up to j's, since j started after all of them
     e_j = now + job.est
     rk, rj = core.by_est.key, core.by_est.job
     s = loop.n_running
-    while s > 0 and _less(e_j, j, rk[s - 1], rj[s - 1]):
+    while s > 0 and e_j < rk[s - 1]:
         rk[s] = rk[s - 1]
         rj[s] = rj[s - 1]
         s -= 1
@@ -918,10 +919,13 @@ def _complete(core, now):
             loop.busy_milli -= a_whole[p0 + z] * 1000
         if shared_gpu[r] >= 0:
             loop.busy_milli -= job.milli
-        # drop r from the estimated-end order
+        # drop r from the release order: the first entry of its estimated end, then past the
+        # other jobs with that end (started before or after it)
         e_r = start[r] + job.est
         rn = loop.n_running
-        lo_s = _sorted_find(core.by_est, rn, e_r, r)
+        lo_s = np.searchsorted(rk[:rn], e_r)
+        while rj[lo_s] != r:
+            lo_s += 1
         for s in range(lo_s, rn - 1):
             rk[s] = rk[s + 1]
             rj[s] = rj[s + 1]
@@ -1497,10 +1501,11 @@ def _copy_to_scratch(core, gc):
 
 @njit(cache=True)
 def _replay(core, j, minG):
-    """Release the running jobs of j's groups in (estimated end, job) order on the scratch state
-    until j fits there (the fit tests of the Python replay first: a release can only make room
-    where it released something). Returns (group, node count, position in the estimated-end
-    order of the release that made room), or (-1, 0, ...) when j never fits."""
+    """Release the running jobs of j's groups in release order (estimated end, then the order
+    they started) on the scratch state until j fits there (the fit tests of the Python replay
+    first: a release can only make room where it released something). Returns (group, node
+    count, position in the release order of the release that made room), or (-1, 0, ...) when
+    j never fits."""
     job = core.jobs[j]
     sc, cfg = core.scratch, core.cfg
     group, nodes_used, by_est = core.out.group, core.out.nodes_used, core.by_est.job
@@ -1553,10 +1558,10 @@ def _replay(core, j, minG):
 
 @njit(cache=True)
 def _reserve(core, j, now):
-    """``Simulator``'s ``replay``: release the running jobs in (estimated end, job) order on a
-    scratch copy of j's groups until j fits (``_replay``); record the plan's caps and time in
-    ``core.caps`` (nothing when j never fits). Later jobs may take on the plan's nodes only what
-    leaves the plan room at its time (``cap_plan``)."""
+    """``Simulator``'s ``replay``: release the running jobs in release order (estimated end,
+    then start order) on a scratch copy of j's groups until j fits (``_replay``); record the
+    plan's caps and time in ``core.caps`` (nothing when j never fits). Later jobs may take on the
+    plan's nodes only what leaves the plan room at its time (``cap_plan``)."""
     cl, sc, caps, buf, out = core.cluster, core.scratch, core.caps, core.buf, core.out
     gc = core.jobs[j].gclass
     minG = _copy_to_scratch(core, gc)

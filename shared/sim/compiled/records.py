@@ -322,7 +322,7 @@ CORE_FIELDS = (
     "allocs",  # Allocs
     "out",  # Schedule
     "ends",  # Entries: completions, a heap on (true end, job)
-    "by_est",  # Entries: running jobs sorted by (estimated end, job) (no classes)
+    "by_est",  # Entries: running jobs by estimated end, ties in start order (no classes)
     "queue",  # Queue
     "visit",  # Visit
     "ext",  # External
