@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.policies import make_policy  # noqa: E402
+from shared.policies import POLICY_NAMES, make_policy  # noqa: E402
 from shared.scheduling.result import SimResult  # noqa: E402
 from shared.sim.config import SimConfig  # noqa: E402
 from shared.sim.evaluate import prepare_workload  # noqa: E402
@@ -38,7 +38,8 @@ SETTINGS: dict[str, SimConfig] = {
     "paper": SimConfig.paper(),
     "easy-oracle": SimConfig(oracle_runtimes=True),
 }
-POLICIES = ["fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor"]
+#: every registered policy but the clairvoyant ones (``sjf-oracle``)
+POLICIES = [name for name in POLICY_NAMES if not make_policy(name).clairvoyant]
 
 
 def digest(sim: Simulator, r: SimResult) -> str:

@@ -36,8 +36,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from shared.policies import POLICY_NAMES, make_policy  # noqa: E402
+
 WORKLOADS = ["philly", "openb-gpuspec33", "rltune-synthetic", "embedded"]
-POLICIES = ["fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor"]
+#: every registered policy but the clairvoyant ones (``sjf-oracle``)
+POLICIES = [name for name in POLICY_NAMES if not make_policy(name).clairvoyant]
 TARGET_JOBS_PER_S = 20_000
 TARGET_PEAK_MIB = 1024
 

@@ -36,7 +36,8 @@ from shared.sim.evaluate import (
 
 PLACEMENTS = ("first-fit", "best-fit", "cp-sat")
 
-DEFAULT_POLICIES = "fcfs,sjf,wfp3,unicep,f1,multifactor"
+#: every registered policy but the clairvoyant ones (``sjf-oracle`` reads true runtimes)
+DEFAULT_POLICIES = ",".join(name for name in POLICY_NAMES if not make_policy(name).clairvoyant)
 
 
 def _load(
@@ -333,7 +334,11 @@ def simulate_command(
     backfill: Annotated[str, typer.Option(help="easy | greedy | none")] = "easy",
     max_reservations: Annotated[int, typer.Option(help="EASY reservations, 0 = one per pool")] = 0,
     estimates: Annotated[
-        str, typer.Option(help="runtime estimates where the trace has none: noisy | history | oracle | trace")
+        str,
+        typer.Option(
+            help="runtime estimates: noisy | history (where the trace has none) | predicted (every job: "
+            "the online runtime predictor, shared.prediction) | oracle | trace"
+        ),
     ] = "noisy",
     windows: Annotated[int, typer.Option(help="number of evaluation windows")] = 20,
     window_size: Annotated[int, typer.Option(help="jobs per window")] = 500,

@@ -8,7 +8,6 @@ minus its priority.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +42,21 @@ class PolicyContext:
 
 
 class Policy(ABC):
-    """A base scheduling policy."""
+    """A scheduling policy: ``keys`` is the one method it must write.
+
+    What else it can do is optional and declared by writing the methods of a capability protocol
+    (``shared.policies.capabilities``): ``snapshot_keys`` (``SnapshotForm``, the prioritizer
+    service's keys from a snapshot), ``compiled_form`` (``CompiledForm``, the compiled core's
+    kind and columns), ``external_hints``/``external_changed`` (``ExternalCompiled``). Callers
+    check them with ``isinstance``; a policy with neither form still runs everywhere the Python
+    loop does.
+
+    The simulator's hooks ``key``, ``attach``, ``on_start``/``on_end`` and ``order_classes`` are
+    protocols too (``ScalarKey``, ``WatchesCluster``, ``TracksJobs``, ``OrderClasses``), but keep
+    no-op defaults here: the Python loop's hot paths (``shared.sim.run_state``, ``class_heads``,
+    ``applied``) call them on every policy without a check, ``key`` per job of a cycle, and they
+    move to hooks resolved once per run in their own change.
+    """
 
     name: str = "policy"
     #: keys change with the clock (e.g. depend on waiting time): recomputed every cycle
@@ -53,28 +66,9 @@ class Policy(ABC):
     #: keys are whole numbers (e.g. Slurm's integer priorities): the simulator may fold the
     #: arrival tie-break into them
     integer_keys: bool = False
-    #: the simulator's compiled core may run this policy by stopping at every cycle that orders
-    #: the queue and asking ``keys`` of the whole queue (``shared.sim.compiled.run.run_external``):
-    #: the policy reads of the state given to ``attach`` only its groups' free ``whole``, ``cpu``,
-    #: ``mem``, ``maxfrac`` and ``n``, and of the allocations only their ``group`` (which is all
-    #: the compiled core keeps where Python can see it)
-    external_compiled: bool = False
-
-    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
-        """For the compiled core's external runs (``external_compiled``) of ``jobs`` (the run's
-        job range): ``(t, keys)``, where ``keys`` (one per job of ``jobs``, or None) order the
-        queue of every cycle before
-        ``t`` and of every cycle with one queued job exactly as ``keys()`` would, with no side
-        effect there: the core then orders those cycles itself instead of asking. By default it
-        always asks."""
-        return -math.inf, None
-
-    def external_changed(self, n_events: int) -> bool:
-        """For the compiled core's external runs: ``n_events`` jobs started or ended since the
-        policy was last asked for keys. True has each passed to ``on_start``/``on_end`` (in order,
-        at its time); False says the policy needs no more, e.g. because it reads the running
-        jobs from the state it was attached to (``running``). By default: ``tracks_jobs``."""
-        return self.tracks_jobs
+    #: keys read the true runtimes (``sjf-oracle``): a clairvoyant policy for studies, which no
+    #: production scheduler can compute (no snapshot carries true runtimes)
+    clairvoyant: bool = False
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -3,6 +3,13 @@
 Formulas follow the literature as the RLTune reference code meant them, with its bugs fixed
 (``rltune-reference-notes.md`` section 3): WFP3 and UNICEP use the current wait (the reference used
 ``-1 - submit``), UNICEP guards ``log2(1) = 0``, F1 uses submit times rebased to the trace start.
+
+Each class holds every form of its policy: ``keys`` (the simulator), ``snapshot_keys`` (the
+prioritizer service, from a snapshot's pending columns; ``SnapshotForm``) and, for the
+clock-dependent ones, ``compiled_form`` (the compiled core's kind and columns; ``CompiledForm``).
+The formula itself is one function per policy (``wfp3_keys``, ...) that both ``keys`` and
+``snapshot_keys`` call, so the two cannot drift apart; ``tests/stages/test_snapshot_keys.py``
+checks them on the same jobs anyway.
 """
 
 from __future__ import annotations
@@ -11,6 +18,13 @@ import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext, nondecreasing_within, waited
+from shared.policies.capabilities import (
+    CompiledPolicy,
+    PendingColumns,
+    SnapshotContext,
+    float_column,
+    int_column,
+)
 from shared.scheduling.partition import row_classes
 
 
@@ -21,6 +35,9 @@ class FCFS(Policy):
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         return self.ctx.submit[idx]
+
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        return float_column(jobs.submit_s, len(jobs))
 
     def order_classes(self) -> IntArray | None:
         if type(self).keys is not FCFS.keys:
@@ -59,7 +76,8 @@ class SJF(Policy):
     """Shortest (estimated) job first; ties (same whole seconds) go to fewer GPUs, then arrival.
 
     The keys are exact integers (``sjf_keys``): floor(estimate) x 2^20 + GPUs.
-    ``oracle=True`` orders by the true runtime (the reference's clairvoyant SJF).
+    ``oracle=True`` orders by the true runtime (the reference's clairvoyant SJF, ``clairvoyant``:
+    no snapshot form, since a snapshot carries only estimates).
     """
 
     name = "sjf"
@@ -68,17 +86,39 @@ class SJF(Policy):
         self.oracle = oracle
         if oracle:
             self.name = "sjf-oracle"
+            self.clairvoyant = True
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         jobs = self.ctx.workload.jobs
         runtime = jobs.runtime if self.oracle else self.ctx.estimate
         return sjf_keys(runtime[idx], jobs.gpus[idx])
 
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        # the estimates: a clairvoyant SJF is refused before (``snapshot_keys.check_policy``)
+        n = len(jobs)
+        return sjf_keys(float_column(jobs.est_runtime_s, n), int_column(jobs.gpus, n))
+
     def order_classes(self) -> IntArray | None:
         if type(self).keys is not SJF.keys:
             return None
         # jobs with equal keys: ties go to the earlier arrival
         return row_classes(self.keys(np.arange(len(self.ctx.submit)), 0.0))
+
+
+def wfp3_keys(wait: FloatArray, est: FloatArray, gpus: IntArray) -> FloatArray:
+    """WFP3's keys: -(wait / max(estimate, 1))^3 x max(GPUs, 1).
+
+    The cube is two multiplications, not ``ratio**3``: numpy's power may use a SIMD pow (AVX-512)
+    whose last bit differs from other machines' and from compiled code, and the simulator's
+    compiled core (``P_WFP3``) must order the queue exactly as this does."""
+    ratio = wait / np.maximum(est, 1.0)
+    key: FloatArray = -(ratio * ratio * ratio) * np.maximum(gpus, 1)
+    return key
+
+
+def _wait(submit: FloatArray, now: float) -> FloatArray:
+    """Seconds each job has waited at ``now`` (as ``base.waited``)."""
+    return np.maximum(now - submit, 0.0)
 
 
 class WFP3(Policy):
@@ -88,18 +128,39 @@ class WFP3(Policy):
     dynamic = True
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
-        est = np.maximum(self.ctx.estimate[idx], 1.0)
-        ratio = waited(self.ctx, idx, now) / est
-        # the cube as two multiplications, not ``ratio**3``: numpy's power may use a SIMD pow
-        # (AVX-512) whose last bit differs from other machines' and from compiled code, and the
-        # simulator's compiled core must order the queue exactly as this does
-        return -(ratio * ratio * ratio) * np.maximum(self.ctx.gpus[idx], 1)
+        return wfp3_keys(waited(self.ctx, idx, now), self.ctx.estimate[idx], self.ctx.gpus[idx])
+
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        n = len(jobs)
+        wait = _wait(float_column(jobs.submit_s, n), now)
+        return wfp3_keys(wait, float_column(jobs.est_runtime_s, n), int_column(jobs.gpus, n))
+
+    def compiled_form(self, lo: int, hi: int) -> CompiledPolicy | str:
+        """``P_WFP3``: the kernel computes the keys from the wait and these two columns."""
+        if type(self) is not WFP3:
+            return f"{type(self).__name__} subclasses WFP3 (the compiled kind computes WFP3's own keys)"
+        est, gpus = self.ctx.estimate[lo:hi], self.ctx.gpus[lo:hi]
+        return CompiledPolicy("wfp3", {"wfp3_est": np.maximum(est, 1.0), "wfp3_width": np.maximum(gpus, 1)})
 
     def order_classes(self) -> IntArray | None:
         if type(self).keys is not WFP3.keys:
             return None
         # same estimate and width: the longer wait (earlier arrival) has the smaller key
         return row_classes(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
+
+
+def unicep_denominator(est: FloatArray, gpus: IntArray) -> FloatArray:
+    """UNICEP's per-job divisor, log2(max(GPUs, 1) + 1) x max(estimate, 1) (elementwise: the
+    scalar ``key`` and the compiled core take it from here, the same values bit for bit)."""
+    width = np.log2(np.maximum(gpus, 1) + 1.0)
+    out: FloatArray = width * np.maximum(est, 1.0)
+    return out
+
+
+def unicep_keys(wait: FloatArray, est: FloatArray, gpus: IntArray) -> FloatArray:
+    """UNICEP's keys: -wait / (log2(max(GPUs, 1) + 1) x max(estimate, 1))."""
+    key: FloatArray = -wait / unicep_denominator(est, gpus)
+    return key
 
 
 class UNICEP(Policy):
@@ -109,10 +170,19 @@ class UNICEP(Policy):
     dynamic = True
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
-        est = np.maximum(self.ctx.estimate[idx], 1.0)
-        width = np.log2(np.maximum(self.ctx.gpus[idx], 1) + 1.0)
-        key: FloatArray = -waited(self.ctx, idx, now) / (width * est)
-        return key
+        return unicep_keys(waited(self.ctx, idx, now), self.ctx.estimate[idx], self.ctx.gpus[idx])
+
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        n = len(jobs)
+        wait = _wait(float_column(jobs.submit_s, n), now)
+        return unicep_keys(wait, float_column(jobs.est_runtime_s, n), int_column(jobs.gpus, n))
+
+    def compiled_form(self, lo: int, hi: int) -> CompiledPolicy | str:
+        """``P_UNICEP``: the kernel divides minus the wait by this column."""
+        if type(self) is not UNICEP:
+            return f"{type(self).__name__} subclasses UNICEP (the compiled kind computes UNICEP's own keys)"
+        denom = unicep_denominator(self.ctx.estimate[lo:hi], self.ctx.gpus[lo:hi])
+        return CompiledPolicy("unicep", {"unicep_denom": denom})
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
@@ -122,11 +192,10 @@ class UNICEP(Policy):
         if type(self).keys is not UNICEP.keys:
             return super().key(j, now)
         if self._scalar is None:
-            # per job: submit time, and width x estimate from the same numpy expressions as
+            # per job: submit time, and width x estimate from the same numpy expression as
             # ``keys`` (elementwise, so the values are the same bit for bit)
             ctx = self.ctx
-            width = np.log2(np.maximum(ctx.gpus, 1) + 1.0)
-            self._scalar = (ctx.submit.tolist(), (width * np.maximum(ctx.estimate, 1.0)).tolist())
+            self._scalar = (ctx.submit.tolist(), unicep_denominator(ctx.estimate, ctx.gpus).tolist())
         submit, denom = self._scalar
         key: float = -max(now - submit[j], 0.0) / denom[j]
         return key
@@ -148,9 +217,14 @@ class F1(Policy):
     name = "f1"
 
     def keys(self, idx: IntArray, now: float) -> FloatArray:
-        est = np.maximum(self.ctx.estimate[idx], 1.0)
-        sub = np.maximum(self.ctx.submit[idx], 1.0)
-        return np.log10(est) * np.maximum(self.ctx.gpus[idx], 1) + 870.0 * np.log10(sub)
+        return f1_keys(self.ctx.estimate[idx], self.ctx.gpus[idx], self.ctx.submit[idx])
+
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        """Submit times since ``ctx.f1_origin_s`` on the cluster clock (default 0, which is the
+        trace start for the simulated adapter, whose clock starts there)."""
+        n = len(jobs)
+        since = float_column(jobs.submit_s, n) - ctx.f1_origin_s
+        return f1_keys(float_column(jobs.est_runtime_s, n), int_column(jobs.gpus, n), since)
 
     def order_classes(self) -> IntArray | None:
         if type(self).keys is not F1.keys:
@@ -160,3 +234,12 @@ class F1(Policy):
         classes = row_classes(np.maximum(self.ctx.estimate, 1.0), np.maximum(self.ctx.gpus, 1))
         keys = self.keys(np.arange(len(classes)), 0.0)
         return classes if nondecreasing_within(classes, keys) else None
+
+
+def f1_keys(est: FloatArray, gpus: IntArray, submit: FloatArray) -> FloatArray:
+    """F1's keys: log10(max(estimate, 1)) x max(GPUs, 1) + 870 x log10(max(submit, 1)), submit
+    times in seconds since the trace start."""
+    key: FloatArray = np.log10(np.maximum(est, 1.0)) * np.maximum(gpus, 1) + 870.0 * np.log10(
+        np.maximum(submit, 1.0)
+    )
+    return key

@@ -11,6 +11,13 @@ priority = floor( W_age x age + W_size x size + W_fs x fairshare + W_part x part
 - partition = PriorityJobFactor of the job's partition / the largest one
 - qos = the job's QOS priority / the largest one
 Weights are integers, 1,000 each by default, as in the RLTune paper's Slurm setting.
+
+From a snapshot (``snapshot_keys``, the prioritizer service) the fair-share factor needs each
+user's decayed usage, which a snapshot does not carry (running jobs have no user): every user gets
+the factor of no usage, 1 (as in a simulation before any job ran), so the order comes from age,
+size, partition and QOS. Partition and QOS factors are then normalized by the largest value over
+the spec's partitions / QOSes and the queue's (Slurm normalizes by the largest configured one); the
+size factor by the spec's GPU count.
 """
 
 from __future__ import annotations
@@ -20,8 +27,16 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.domain.jobs import FloatArray, IntArray
+from shared.domain.cluster import ClusterSpec
+from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext, waited
+from shared.policies.capabilities import (
+    CompiledPolicy,
+    PendingColumns,
+    SnapshotContext,
+    SnapshotPolicyError,
+    float_column,
+)
 from shared.scheduling.partition import row_classes
 
 
@@ -155,6 +170,44 @@ class SlurmMultifactor(Policy):
         age = min(max(now - submit[j], 0.0), w.max_age_s) * (w.age / w.max_age_s)
         return -float(math.floor(age + static[j] + self._fs_cache[1][user[j]]))
 
+    def snapshot_keys(self, jobs: PendingColumns, now: float, ctx: SnapshotContext) -> FloatArray:
+        """Minus ``snapshot_priority`` under ``ctx.weights`` (else this policy's weights)."""
+        if ctx.spec is None:
+            raise SnapshotPolicyError("multifactor needs the cluster spec (partitions, QOS, GPU count)")
+        return -snapshot_priority(jobs, now, ctx.spec, ctx.weights or self.w)
+
+    def compiled_form(self, lo: int, hi: int) -> CompiledPolicy | str:
+        """``P_MULTIFACTOR``: the static factors weighted, each job's GPU demand, and the
+        fair-share parameters; the core keeps the decayed usage itself, from no usage."""
+        if type(self) is not SlurmMultifactor:
+            return (
+                f"{type(self).__name__} subclasses SlurmMultifactor "
+                "(the compiled kind computes SlurmMultifactor's own keys)"
+            )
+        if self.last != 0.0 or self.usage.any() or self.running.any():
+            return "the multifactor policy has usage from an earlier run"
+        wt = self.w
+        static = (
+            wt.job_size * self.size_factor[lo:hi]
+            + wt.partition * self.part_factor[lo:hi]
+            + wt.qos * self.qos_factor[lo:hi]
+        )
+        fairshare = {
+            "last": self.last,
+            "lam": self._lambda,
+            "share": self.share,
+            "w_fairshare": float(wt.fairshare),
+            "age_per_s": wt.age / wt.max_age_s,
+            "max_age": wt.max_age_s,
+            "two": 2.0,
+        }
+        return CompiledPolicy(
+            "multifactor",
+            {"mf_static": static, "mf_demand": self.demand[lo:hi]},
+            fairshare,
+            n_users=len(self.usage),
+        )
+
     def order_classes(self) -> IntArray | None:
         cls = type(self)
         if cls.keys is not SlurmMultifactor.keys or cls.priority is not SlurmMultifactor.priority:
@@ -164,3 +217,32 @@ class SlurmMultifactor(Policy):
         w = self.w
         static = w.job_size * self.size_factor + w.partition * self.part_factor + w.qos * self.qos_factor
         return row_classes(static, self.ctx.workload.jobs.user)
+
+
+def snapshot_priority(
+    jobs: PendingColumns,
+    now: float,
+    spec: ClusterSpec,
+    w: MultifactorWeights,
+    submit: FloatArray | None = None,
+) -> FloatArray:
+    """Slurm's integer multifactor priority of a snapshot's pending jobs, with the fair-share
+    factor of no usage (module docstring)."""
+    n = len(jobs)
+    if submit is None:
+        submit = float_column(jobs.submit_s, n)
+    demand = float_column(jobs.gpus, n) * np.array(jobs.gpu_milli).reshape(n) / WHOLE_GPU_MILLI
+    size = demand / max(spec.total_gpus, 1)
+    size_factor = 1.0 - size if w.favor_small else size
+    part_of = {p: v.priority_job_factor for p, v in spec.partitions.items()}
+    part = np.fromiter((part_of.get(p, 1) for p in jobs.partition), dtype=np.float64, count=n)
+    part_top = max([*part_of.values(), *(part.tolist() or [1.0]), 1])
+    qos_of = {q: v.priority for q, v in spec.qos.items()}
+    qos = np.fromiter((qos_of.get(q, 0) for q in jobs.qos), dtype=np.float64, count=n)
+    qos_top = max([*qos_of.values(), *(qos.tolist() or [0.0])])
+    qos_factor = qos / qos_top if qos_top > 0 else np.zeros(n)
+    age = np.minimum(np.maximum(now - submit, 0.0), w.max_age_s) * (w.age / w.max_age_s)
+    static = w.job_size * size_factor + w.partition * (part / part_top) + w.qos * qos_factor
+    fairshare = float(w.fairshare) * 1.0  # 2^(-0 / share): no usage known
+    out: FloatArray = np.floor(age + static + fairshare)
+    return out

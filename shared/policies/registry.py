@@ -1,4 +1,11 @@
-"""Policy names as the CLI and configs spell them."""
+"""Policy names as the CLI and configs spell them: one ``register`` line per policy.
+
+Adding a policy is its class (``keys``, and what else it can do: ``shared.policies.capabilities``)
+plus one line here. Everything that lists or builds policies by name reads this registry: the
+CLI's ``--policy``/``--base-policy``/``--imitate``, the simulated adapter's settings, the
+prioritizer's base policies (``snapshot_keys.SNAPSHOT_POLICIES``: the registered ones with a
+snapshot form), the property tests and benchmarks that sample ``POLICY_NAMES``.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +15,44 @@ from shared.policies.base import Policy
 from shared.policies.classic import F1, FCFS, SJF, UNICEP, WFP3
 from shared.policies.multifactor import SlurmMultifactor
 
-_FACTORIES: dict[str, Callable[[], Policy]] = {
-    "fcfs": FCFS,
-    "sjf": SJF,
-    "sjf-oracle": lambda: SJF(oracle=True),
-    "wfp3": WFP3,
-    "unicep": UNICEP,
-    "f1": F1,
-    "multifactor": SlurmMultifactor,
-}
+PolicyFactory = Callable[[], Policy]
 
+_FACTORIES: dict[str, PolicyFactory] = {}
+
+
+def register(name: str, factory: PolicyFactory) -> None:
+    """Make ``make_policy(name)`` call ``factory`` (a policy class, or a function for a policy
+    with arguments). A name is registered once (``unregister`` first to replace it)."""
+    if name in _FACTORIES:
+        raise ValueError(f"policy {name!r} is already registered")
+    _FACTORIES[name] = factory
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` (tests that register a policy of their own clean up with it)."""
+    del _FACTORIES[name]
+
+
+register("fcfs", FCFS)
+register("sjf", SJF)
+register("sjf-oracle", lambda: SJF(oracle=True))
+register("wfp3", WFP3)
+register("unicep", UNICEP)
+register("f1", F1)
+register("multifactor", SlurmMultifactor)
+
+#: the policies registered above, in that order (``policy_names`` adds any registered later)
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every registered name, in registration order."""
+    return tuple(_FACTORIES)
 
 
 def make_policy(name: str) -> Policy:
     try:
-        return _FACTORIES[name]()
+        factory = _FACTORIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}") from None
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(policy_names())}") from None
+    return factory()

@@ -1,19 +1,17 @@
 """Base-policy keys and priorities for the pending jobs of a snapshot (production, no simulator).
 
-Why a second implementation next to ``shared.policies``: the simulator's policies read a bound
-workload (``PolicyContext``) and, for multifactor, usage accumulated over the simulation; the
-prioritizer service only has a ``QueueSnapshot``. The formulas are the same (``classic.py``,
-``multifactor.py``); ``tests/stages`` checks them against the simulator's policies on the same jobs.
-What a snapshot cannot provide:
+Why a second form of each policy: the simulator's policies read a bound workload
+(``PolicyContext``) and, for multifactor, usage accumulated over the simulation; the prioritizer
+service only has a ``QueueSnapshot``. Each policy class writes its snapshot form next to its
+``keys`` (``snapshot_keys``, the ``SnapshotForm`` capability), from the same formula function; this
+module finds the class by name through the registry and refuses what a snapshot cannot give:
 
-- ``sjf-oracle`` needs true runtimes: refused.
+- a policy with no snapshot form, or a clairvoyant one (``sjf-oracle`` needs true runtimes);
 - ``f1`` uses submit times since the trace start; here since ``f1_origin_s`` on the cluster clock
-  (default 0, which is the trace start for the simulated adapter, whose clock starts there).
-- ``multifactor``'s fair-share factor needs each user's decayed usage, which a snapshot does not
-  carry (running jobs have no user): every user gets the factor of no usage, 1 (as in a simulation
-  before any job ran), so the order comes from age, size, partition and QOS. Partition and QOS
-  factors are normalized by the largest value over the spec's partitions / QOSes and the queue's
-  (Slurm normalizes by the largest configured one); the size factor by the spec's GPU count.
+  (default 0, which is the trace start for the simulated adapter, whose clock starts there);
+- ``multifactor`` needs the cluster spec, and has no user's usage (``shared.policies.multifactor``).
+
+``tests/stages`` checks every snapshot form against the simulator's policy on the same jobs.
 
 Keys follow ``Policy.keys``: smaller starts first. ``priorities_from_keys`` turns them into
 integer priorities, higher first: the job first in (key, submit time, position) order gets Q, the
@@ -22,66 +20,67 @@ last 1, so ties are broken by submit time, then by the order of the input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
-
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
-from shared.domain.jobs import WHOLE_GPU_MILLI as WHOLE
-from shared.policies.classic import sjf_keys
+from shared.policies.base import Policy
+from shared.policies.capabilities import (
+    PendingColumns,
+    SnapshotContext,
+    SnapshotForm,
+    SnapshotPolicyError,
+)
 from shared.policies.multifactor import MultifactorWeights
+from shared.policies.multifactor import snapshot_priority as multifactor_priority
+from shared.policies.registry import make_policy, policy_names
 
 __all__ = [
     "SNAPSHOT_POLICIES",
+    "PendingColumns",
     "SnapshotPolicyError",
     "base_order",
     "check_policy",
     "multifactor_priority",
     "priorities_from_keys",
     "snapshot_keys",
+    "snapshot_policies",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 
 
-class PendingColumns(Protocol):
-    """The pending jobs' columns that base-policy keys read: what ``shared.schemas.snapshot.PendingJobs``
-    holds. Why a protocol and not that class: policies sit below the messages in Hylo's layers
-    (``tests/test_layers.py``), so they name what they read, and a snapshot's jobs fit it."""
-
-    @property
-    def submit_s(self) -> Sequence[float]: ...
-    @property
-    def est_runtime_s(self) -> Sequence[float]: ...
-    @property
-    def gpus(self) -> Sequence[int]: ...
-    @property
-    def gpu_milli(self) -> Sequence[int]: ...
-    @property
-    def partition(self) -> Sequence[str]: ...
-    @property
-    def qos(self) -> Sequence[str]: ...
-    def __len__(self) -> int: ...
+def _form(name: str) -> SnapshotForm:
+    """Registered policy ``name`` as a ``SnapshotForm``; ``SnapshotPolicyError`` says why not."""
+    if name not in policy_names():
+        raise SnapshotPolicyError(
+            f"unknown base policy {name!r}; from a snapshot: {', '.join(snapshot_policies())}"
+        )
+    policy = make_policy(name)
+    if policy.clairvoyant:
+        raise SnapshotPolicyError(f"{name} needs true runtimes, which a snapshot does not carry")
+    if not isinstance(policy, SnapshotForm):
+        raise SnapshotPolicyError(f"base policy {name!r} has no snapshot form (snapshot_keys)")
+    return policy
 
 
-#: base policies computable from a snapshot (``multifactor`` needs the cluster spec)
-SNAPSHOT_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor")
+def snapshot_policies() -> tuple[str, ...]:
+    """The registered policies computable from a snapshot, in registration order."""
+    return tuple(n for n in policy_names() if _computable(make_policy(n)))
 
 
-class SnapshotPolicyError(ValueError):
-    """A policy that cannot be computed from a snapshot (or an unknown one)."""
+def _computable(policy: Policy) -> bool:
+    return not policy.clairvoyant and isinstance(policy, SnapshotForm)
+
+
+#: the base policies computable from a snapshot (``multifactor`` needs the cluster spec): those
+#: registered in ``registry.py`` (``snapshot_policies`` adds any registered later)
+SNAPSHOT_POLICIES: tuple[str, ...] = snapshot_policies()
 
 
 def check_policy(name: str) -> None:
     """Raise ``SnapshotPolicyError`` unless base policy ``name`` can be computed from a snapshot."""
-    if name == "sjf-oracle":
-        raise SnapshotPolicyError("sjf-oracle needs true runtimes, which a snapshot does not carry")
-    if name not in SNAPSHOT_POLICIES:
-        raise SnapshotPolicyError(
-            f"unknown base policy {name!r}; from a snapshot: {', '.join(SNAPSHOT_POLICIES)}"
-        )
+    _form(name)
 
 
 def snapshot_keys(
@@ -94,59 +93,8 @@ def snapshot_keys(
     f1_origin_s: float = 0.0,
 ) -> FloatArray:
     """Sort keys (smaller first) of ``jobs`` under base policy ``policy`` at time ``now``."""
-    check_policy(policy)
-    n = len(jobs)
-    submit = np.array(jobs.submit_s, dtype=np.float64).reshape(n)
-    if policy == "fcfs":
-        return submit
-    est = np.array(jobs.est_runtime_s, dtype=np.float64).reshape(n)
-    gpus = np.array(jobs.gpus, dtype=np.int64).reshape(n)
-    if policy == "sjf":
-        return sjf_keys(est, gpus)  # as ``SJF.keys``: exact integers, seconds then GPUs
-    wait = np.maximum(now - submit, 0.0)
-    est1 = np.maximum(est, 1.0)
-    wide = np.maximum(gpus, 1)
-    if policy == "wfp3":
-        ratio = wait / est1
-        return -(ratio * ratio * ratio) * wide  # as ``WFP3.keys`` (no SIMD pow)
-    if policy == "unicep":
-        key: FloatArray = -wait / (np.log2(wide + 1.0) * est1)
-        return key
-    if policy == "f1":
-        sub = np.maximum(submit - f1_origin_s, 1.0)
-        return np.log10(est1) * wide + 870.0 * np.log10(sub)
-    # multifactor
-    if spec is None:
-        raise SnapshotPolicyError("multifactor needs the cluster spec (partitions, QOS, GPU count)")
-    return -multifactor_priority(jobs, now, spec, weights or MultifactorWeights(), submit=submit)
-
-
-def multifactor_priority(
-    jobs: PendingColumns,
-    now: float,
-    spec: ClusterSpec,
-    w: MultifactorWeights,
-    submit: FloatArray | None = None,
-) -> FloatArray:
-    """Slurm's integer multifactor priority with the fair-share factor of no usage (module docstring)."""
-    n = len(jobs)
-    if submit is None:
-        submit = np.array(jobs.submit_s, dtype=np.float64).reshape(n)
-    demand = np.array(jobs.gpus, dtype=np.float64).reshape(n) * np.array(jobs.gpu_milli).reshape(n) / WHOLE
-    size = demand / max(spec.total_gpus, 1)
-    size_factor = 1.0 - size if w.favor_small else size
-    part_of = {p: v.priority_job_factor for p, v in spec.partitions.items()}
-    part = np.fromiter((part_of.get(p, 1) for p in jobs.partition), dtype=np.float64, count=n)
-    part_top = max([*part_of.values(), *(part.tolist() or [1.0]), 1])
-    qos_of = {q: v.priority for q, v in spec.qos.items()}
-    qos = np.fromiter((qos_of.get(q, 0) for q in jobs.qos), dtype=np.float64, count=n)
-    qos_top = max([*qos_of.values(), *(qos.tolist() or [0.0])])
-    qos_factor = qos / qos_top if qos_top > 0 else np.zeros(n)
-    age = np.minimum(np.maximum(now - submit, 0.0), w.max_age_s) * (w.age / w.max_age_s)
-    static = w.job_size * size_factor + w.partition * (part / part_top) + w.qos * qos_factor
-    fairshare = float(w.fairshare) * 1.0  # 2^(-0 / share): no usage known
-    out: FloatArray = np.floor(age + static + fairshare)
-    return out
+    ctx = SnapshotContext(spec=spec, weights=weights, f1_origin_s=f1_origin_s)
+    return _form(policy).snapshot_keys(jobs, now, ctx)
 
 
 def base_order(keys: FloatArray, submit: FloatArray) -> npt.NDArray[np.int64]:

@@ -144,13 +144,13 @@ Controller = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
 class LearnedPolicy(Policy):
     """The learned prioritizer inside the simulator; see the module docstring."""
 
+    # the simulator's compiled core runs it (``ExternalCompiled``: ``external_hints`` and
+    # ``external_changed`` below), asking ``keys`` at each cycle that orders the queue
+    # (``shared.sim.compiled.run.run_external``): it reads only the state's free node arrays and
+    # its ``running`` jobs, kept by the core in ``RunningJobs``' layout
     name = "learned"
     dynamic = True
     tracks_jobs = True
-    #: the simulator's compiled core runs it, asking ``keys`` at each cycle that orders the queue
-    #: (``shared.sim.compiled.run.run_external``): it reads only the state's free node arrays and
-    #: its ``running`` jobs, kept by the core in ``RunningJobs``' layout
-    external_compiled = True
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """The learned policy on the simulator's compiled core gives what it gives on the Python loop.
 
 Training episodes and evaluations run ``LearnedPolicy`` on the compiled core by default
-(``Policy.external_compiled``): the core calls back into Python at each cycle that orders the
+(``ExternalCompiled``): the core calls back into Python at each cycle that orders the
 queue. The bar is the Python loop's episode, decision for decision: the same schedule, the same
 recorded decisions (observation, critic features, sampled order, time) and the same count of
 blocked cycles, greedy and sampled (numpy's stream, and torch's, which also samples blocked

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.pairwise_sum import pairwise
 from shared.policies import POLICY_NAMES, make_policy
-from shared.policies.classic import FCFS
+from shared.policies.classic import WFP3
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
@@ -159,11 +159,13 @@ def test_unsupported_runs_fall_back_to_python(change: str, reason: str) -> None:
     bound = small_bound(wide=change == "wide")
     policy = make_policy("multifactor")
     if change == "subclass":
+        # a subclass of a policy whose keys the core computes itself (a static policy's keys are
+        # taken up front, so a subclass of one runs compiled: tests/policies/test_new_policy.py)
 
-        class MyFCFS(FCFS):
+        class MyWFP3(WFP3):
             pass
 
-        policy = MyFCFS()
+        policy = MyWFP3()
     cfg = SimConfig(placement="cp-sat") if change == "cpsat" else SimConfig()
     sim = Simulator(bound, policy, cfg)
     if change == "shortcut":

@@ -1,4 +1,4 @@
-"""Policies that order the queue in Python (``Policy.external_compiled``) on the compiled core.
+"""Policies that order the queue in Python (``ExternalCompiled``) on the compiled core.
 
 The core stops at every cycle that orders the queue and asks the policy for the keys of the whole
 queue (``shared.sim.compiled.run.run_external``). The bar is the Python loop's run, call for call:
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from shared.domain.jobs import FloatArray, IntArray
 from shared.features import RunningJobs
 from shared.policies.base import Policy
+from shared.policies.capabilities import ExternalCompiled
 from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
@@ -28,14 +29,14 @@ from tests.sim.test_compiled import assert_same, whole_gpus
 from tests.sim.test_properties import Scenario, scenarios
 
 
-class Probe(Policy):
+class Undeclared(Policy):
     """Random keys from a seeded stream, drawn only for queues of two jobs or more (the core does
-    not ask about a lone job), recording what each call saw."""
+    not ask about a lone job), recording what each call saw; not ``ExternalCompiled`` (``Probe``
+    is)."""
 
     name = "probe"
     dynamic = True
     tracks_jobs = True
-    external_compiled = True
 
     def __init__(self, seed: int, hint_until: float | None = None) -> None:
         self.rng = np.random.default_rng(seed)
@@ -54,11 +55,6 @@ class Probe(Policy):
 
     def on_end(self, j: int, now: float) -> None:
         self.running.remove(j)
-
-    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
-        if self.hint_until is None:
-            return -math.inf, None
-        return self.hint_until, self._static(jobs)
 
     def _static(self, idx: IntArray) -> FloatArray:
         return np.asarray(self.ctx.workload.jobs.submit[idx], dtype=np.float64)
@@ -82,6 +78,19 @@ class Probe(Policy):
             )
         )
         return self.rng.random(len(idx))
+
+
+class Probe(Undeclared):
+    """The probe, ``ExternalCompiled``: hint keys before ``hint_until`` (when given), and every
+    start and end told."""
+
+    def external_hints(self, jobs: IntArray) -> tuple[float, FloatArray | None]:
+        if self.hint_until is None:
+            return -math.inf, None
+        return self.hint_until, self._static(jobs)
+
+    def external_changed(self, n_events: int) -> bool:
+        return True
 
 
 def run_probe(
@@ -123,8 +132,8 @@ def test_external_policy_sees_and_gets_what_the_python_loop_gives(
 
 
 def test_external_policy_runs_compiled_by_default() -> None:
-    """An ``external_compiled`` policy goes to the compiled core without being forced there;
-    one that does not declare it stays on the Python loop and says why."""
+    """An ``ExternalCompiled`` policy goes to the compiled core without being forced there;
+    one that is not stays on the Python loop and says why."""
     from tests.sim.test_compiled import small_bound
 
     bound = small_bound()
@@ -132,9 +141,7 @@ def test_external_policy_runs_compiled_by_default() -> None:
     sim.run()
     assert sim.last_core == "compiled" and sim.core_reason is None
 
-    class Undeclared(Probe):
-        external_compiled = False
-
+    assert isinstance(Probe(0), ExternalCompiled) and not isinstance(Undeclared(0), ExternalCompiled)
     sim = Simulator(bound, Undeclared(0), SimConfig())
     sim.run()
     assert sim.last_core == "python"

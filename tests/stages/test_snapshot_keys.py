@@ -8,6 +8,7 @@ import pytest
 from shared.domain.cluster import load_cluster_spec
 from shared.policies import PolicyContext, make_policy
 from shared.policies.snapshot_keys import (
+    SNAPSHOT_POLICIES,
     SnapshotPolicyError,
     check_policy,
     priorities_from_keys,
@@ -80,7 +81,8 @@ def test_keys_equal_the_simulators_policies() -> None:
     idx = np.arange(100, 300)
     now = float(bound.jobs.submit[idx].max()) + 100.0
     pending = PendingJobs.of(pending_job(bound, int(j), est) for j in idx)
-    for name in ("fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor"):
+    assert SNAPSHOT_POLICIES == ("fcfs", "sjf", "wfp3", "unicep", "f1", "multifactor")
+    for name in SNAPSHOT_POLICIES:
         policy = make_policy(name)
         policy.bind(PolicyContext(workload=bound, estimate=est, capacity_gpus=spec.total_gpus))
         expected = policy.keys(idx, now)

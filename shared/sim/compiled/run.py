@@ -2,9 +2,15 @@
 
 The dispatch rule (``unsupported``) is deliberately narrow: the compiled core runs a simulation
 only where it is known to give the Python simulator's schedule decision for decision; anything
-else (fractional GPUs, CP-SAT, a learned or subclassed policy, a shortcut switched off for a
+else (fractional GPUs, CP-SAT, a policy with no compiled form, a shortcut switched off for a
 test, recorded reservations, a policy that already ran) goes to the Python loop, and
 ``Simulator.last_core`` says which one ran and ``Simulator.core_reason`` why not the compiled one.
+
+Which policies it runs is the policies' say, not a list of classes here
+(``shared.policies.capabilities``): a policy with static keys and order classes runs as
+``P_STATIC`` (its keys taken up front, as the Python loop takes them); a ``CompiledForm`` policy
+gives its kind and columns (WFP3, UNICEP, multifactor); an ``ExternalCompiled`` one is asked at
+every cycle that orders the queue (the learned policy); any other policy runs on the Python loop.
 """
 
 from __future__ import annotations
@@ -13,13 +19,12 @@ import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.policies.classic import F1, FCFS, SJF, UNICEP, WFP3
-from shared.policies.multifactor import SlurmMultifactor
+from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
+from shared.policies.capabilities import CompiledForm, CompiledPolicy, ExternalCompiled, capable
 from shared.scheduling.binding import nodes_needed
 from shared.scheduling.partition import row_classes
 from shared.scheduling.placement import BestFit, FirstFit
@@ -72,7 +77,12 @@ _DEFAULTS = {
     "retire_dominated": True,
     "lone_arrivals": True,
 }
-_POLICIES = (FCFS, SJF, WFP3, UNICEP, F1, SlurmMultifactor)
+#: the JOB fields a compiled form may fill (the rest are the run's and the loop's own)
+_POLICY_COLUMNS = frozenset({"key", "wfp3_est", "wfp3_width", "unicep_denom", "mf_static", "mf_demand"})
+#: the FAIRSHARE fields a compiled form may set (the two versions are the loop's)
+_FAIRSHARE_PARAMS = frozenset(FAIRSHARE.names or ()) - {"version", "weight_version"}
+#: the kernels' policy kind of each ``CompiledPolicy.kind``
+_KINDS = {"static": P_STATIC, "wfp3": P_WFP3, "unicep": P_UNICEP, "multifactor": P_MULTIFACTOR}
 _MODES = {"easy": 0, "greedy": 1, "none": 2}
 #: with clock-dependent keys and more than twice this many class heads, a cycle puts the heads
 #: on its visit heap this many at a time (then twice as many), smallest (key, job) first
@@ -109,28 +119,53 @@ def unsupported(sim: Simulator, record_reservations: bool) -> str | None:
     for name, value in _DEFAULTS.items():
         if getattr(Simulator, name) != value:
             return f"Simulator.{name} is not {value!r}"
-    policy = sim.policy
-    if not policy.external_compiled:
-        if type(policy) not in _POLICIES:
-            return f"policy {type(policy).__name__} (compiled: the six base policies, external_compiled ones)"
-        if policy.order_classes() is None:
-            return "the policy declares no order classes"
-        if isinstance(policy, SlurmMultifactor) and (
-            policy.last != 0.0 or policy.usage.any() or policy.running.any()
-        ):
-            return "the multifactor policy has usage from an earlier run"
-        if not policy.dynamic and np.isnan(policy.keys(np.arange(len(sim.w.jobs)), 0.0)).any():
-            return "static keys with NaN (the Python loop does not keep such heads sorted)"
+    if not capable(sim.policy, ExternalCompiled):
+        reason = _policy_unsupported(sim)
+        if reason is not None:
+            return reason
     if len(sim.w.spec.node_groups) == 0:
         return "no node groups"
     return _layout(sim.w, sim.cfg.node_slack).unsupported
+
+
+def _policy_unsupported(sim: Simulator) -> str | None:
+    """Why the core cannot run ``sim``'s policy (not an ``ExternalCompiled`` one), or None."""
+    policy = sim.policy
+    name = type(policy).__name__
+    own = capable(policy, CompiledForm)
+    if not own and (policy.dynamic or policy.tracks_jobs):
+        return (
+            f"policy {name} has no compiled form (compiled: static keys, CompiledForm and "
+            "ExternalCompiled policies)"
+        )
+    if policy.order_classes() is None:
+        return "the policy declares no order classes"
+    if own:
+        # whether it has one now: the form of no jobs (its reason does not depend on the range,
+        # and a window of a large workload then pays for the window's jobs only)
+        form = compiled_form(sim, 0, 0)
+        return f"policy {name}: {form}" if isinstance(form, str) else None
+    if np.isnan(policy.keys(np.arange(len(sim.w.jobs)), 0.0)).any():
+        return "static keys with NaN (the Python loop does not keep such heads sorted)"
+    return None
+
+
+def compiled_form(sim: Simulator, lo: int, hi: int) -> CompiledPolicy | str:
+    """``sim``'s policy as the core runs jobs ``lo .. hi - 1`` (not an ``ExternalCompiled`` one):
+    its own ``CompiledForm``, else its static keys (``P_STATIC``), taken at time 0 as the Python
+    loop takes a static policy's keys (``RunState.static_keys``): with no clock and no hook
+    between, any static policy gets the same keys in both loops, so a new one needs no form."""
+    policy = sim.policy
+    if capable(policy, CompiledForm):
+        return cast(CompiledForm, policy).compiled_form(lo, hi)  # ``capable``: per class
+    return CompiledPolicy("static", {"key": policy.keys(np.arange(lo, hi), 0.0)})
 
 
 def run_compiled(
     sim: Simulator, job_range: tuple[int, int] | None, metric_range: tuple[int, int] | None
 ) -> SimResult:
     """``Simulator.run`` on the compiled core (the caller checked ``unsupported``)."""
-    if sim.policy.external_compiled:
+    if capable(sim.policy, ExternalCompiled):
         return run_external(sim, job_range, metric_range)
     wall0 = time.perf_counter()
     run = _Prepared(sim, job_range, external=False)
@@ -141,15 +176,17 @@ def run_compiled(
 def run_external(
     sim: Simulator, job_range: tuple[int, int] | None, metric_range: tuple[int, int] | None
 ) -> SimResult:
-    """``Simulator.run`` of a policy that orders the queue in Python (``Policy.external_compiled``)
-    on the compiled core: at each cycle that orders the queue the loop stops and the policy gives
+    """``Simulator.run`` of a policy that orders the queue in Python (``ExternalCompiled``) on the
+    compiled core: at each cycle that orders the queue the loop stops and the policy gives
     the keys of the whole queue, as in the Python loop (starts and ends since the last stop are
     passed to ``on_start``/``on_end`` first, at their own times)."""
     from shared.sim.compiled import kernels
 
     wall0 = time.perf_counter()
     policy = sim.policy
-    run = _Prepared(sim, job_range, external=True)
+    assert isinstance(policy, ExternalCompiled)
+    lo, hi = job_range or (0, len(sim.w.jobs))
+    run = _Prepared(sim, job_range, external=True, hints=policy.external_hints(np.arange(lo, hi)))
     state = CompiledState(run)
     policy.attach(state, state.allocs)  # type: ignore[arg-type]
     ext, lo = run.ext, run.lo
@@ -273,7 +310,13 @@ class _Prepared:
     the results and to the jobs an external policy is asked about): a window of a large trace
     costs what its jobs cost."""
 
-    def __init__(self, sim: Simulator, job_range: tuple[int, int] | None, external: bool) -> None:
+    def __init__(
+        self,
+        sim: Simulator,
+        job_range: tuple[int, int] | None,
+        external: bool,
+        hints: tuple[float, FloatArray | None] = (-math.inf, None),
+    ) -> None:
         self.sim = sim
         w, cfg = sim.w, sim.cfg
         n = len(w.jobs)
@@ -348,7 +391,7 @@ class _Prepared:
             gpu_milli=np.full((n_nodes, max(g_max, 1)), 1000, np.int64),
             top_share=np.empty(n_nodes, np.int64),
         )
-        self.ext = self._external(external)
+        self.ext = self._external(external, hints)
         self._args = (
             self.jobs,
             self.cluster,
@@ -399,52 +442,36 @@ class _Prepared:
         return Orders(ptr=b_ptr, jobs=b_jobs, pos=b_of_pos)
 
     def _policy_columns(self, external: bool) -> tuple[int, Fairshare]:
-        """The policy kind, its per-job columns of the JOB records, and the multifactor state."""
-        sim, lo, hi, rec = self.sim, self.lo, self.hi, self.jobs
-        policy, jobs, est = sim.policy, sim.w.jobs, sim.est[lo:hi]
+        """The policy kind, its per-job columns of the JOB records, and the multifactor state
+        (the policy's ``compiled_form``: the kind's columns and fair-share parameters by name)."""
         params = np.zeros(1, dtype=FAIRSHARE)
         params["weight_version"] = -1.0
         n_users = 1
         if external:
             kind = P_EXTERNAL
-        elif isinstance(policy, SlurmMultifactor):
-            kind = P_MULTIFACTOR
-            wt = policy.w
-            rec["mf_static"] = (
-                wt.job_size * policy.size_factor[lo:hi]
-                + wt.partition * policy.part_factor[lo:hi]
-                + wt.qos * policy.qos_factor[lo:hi]
-            )
-            rec["mf_demand"] = policy.demand[lo:hi]
-            n_users = len(policy.usage)
-            params["last"] = policy.last
-            params["lam"] = policy._lambda
-            params["share"] = policy.share
-            params["w_fairshare"] = float(wt.fairshare)
-            params["age_per_s"] = wt.age / wt.max_age_s
-            params["max_age"] = wt.max_age_s
-            params["two"] = 2.0
-        elif isinstance(policy, WFP3):
-            kind = P_WFP3
-            rec["wfp3_est"] = np.maximum(est, 1.0)
-            rec["wfp3_width"] = np.maximum(jobs.gpus[lo:hi], 1)
-        elif isinstance(policy, UNICEP):
-            kind = P_UNICEP
-            # the same numpy expressions as ``UNICEP.keys`` (elementwise: the same values)
-            width = np.log2(np.maximum(jobs.gpus[lo:hi], 1) + 1.0)
-            rec["unicep_denom"] = width * np.maximum(est, 1.0)
         else:
-            kind = P_STATIC
-            rec["key"] = policy.keys(np.arange(lo, hi), 0.0)
+            form = compiled_form(self.sim, self.lo, self.hi)
+            assert not isinstance(form, str), form  # ``unsupported`` said it has one
+            kind = _KINDS[form.kind]
+            if form.kind == "static" and np.isnan(form.columns["key"]).any():
+                raise ValueError("static keys with NaN (the Python loop does not keep such heads sorted)")
+            for field, column in form.columns.items():
+                if field not in _POLICY_COLUMNS:
+                    raise ValueError(f"compiled form {form.kind!r}: {field!r} is not a policy column of JOB")
+                self.jobs[field] = column
+            for field, value in form.fairshare.items():
+                if field not in _FAIRSHARE_PARAMS:
+                    raise ValueError(f"compiled form {form.kind!r}: {field!r} is not a FAIRSHARE field")
+                params[field] = value
+            n_users = form.n_users
         zeros = np.zeros(n_users)
         return kind, Fairshare(params=params, usage=zeros, running=zeros.copy(), weight=zeros.copy())
 
-    def _external(self, external: bool) -> External:
-        """The exchange with an external policy (its hint keys into the JOB records); empty
-        arrays for a base policy."""
+    def _external(self, external: bool, hints: tuple[float, FloatArray | None]) -> External:
+        """The exchange with an external policy (``hints``, its ``external_hints``: the hint
+        keys go into the JOB records); empty arrays for a base policy."""
         lo, hi = self.lo, self.hi
         x = hi - lo if external else 0
-        hints = self.sim.policy.external_hints(np.arange(lo, hi)) if external else (-math.inf, None)
         ask_from, static_keys = hints
         if static_keys is not None:
             self.jobs["key"] = static_keys
@@ -618,7 +645,7 @@ class CompiledState:
     """What an external policy sees of the compiled core's cluster: ``groups`` (free whole GPUs,
     milli-CPUs, MiB and largest free GPU share per node), ``running`` (the running jobs, see
     ``_Running``), both live, and ``allocs`` (each started job's group). The policies that
-    declare ``Policy.external_compiled`` read nothing else."""
+    are ``ExternalCompiled`` read nothing else."""
 
     def __init__(self, run: _Prepared) -> None:
         self.running = _Running(run.ext)
