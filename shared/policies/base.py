@@ -9,14 +9,12 @@ minus its priority.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.scheduling.binding import BoundWorkload
-from shared.scheduling.state import Alloc, ClusterState
 
 
 @dataclass
@@ -51,18 +49,17 @@ class Policy(ABC):
     check them with ``isinstance``; a policy with neither form still runs everywhere the Python
     loop does.
 
-    The simulator's hooks ``key``, ``attach``, ``on_start``/``on_end`` and ``order_classes`` are
-    protocols too (``ScalarKey``, ``WatchesCluster``, ``TracksJobs``, ``OrderClasses``), but keep
-    no-op defaults here: the Python loop's hot paths (``shared.sim.run_state``, ``class_heads``,
-    ``applied``) call them on every policy without a check, ``key`` per job of a cycle, and they
-    move to hooks resolved once per run in their own change.
+    The simulator's hooks are capabilities too: ``key(j, now)`` (``ScalarKey``: scalar code for
+    one job, the same value bit for bit), ``attach(state, allocs)`` (``WatchesCluster``: the live
+    cluster state and running jobs' allocations at the start of a run, read-only),
+    ``on_start``/``on_end`` (``TracksJobs``) and ``order_classes()`` (``OrderClasses``: classes
+    of jobs the policy always orders by arrival, the promise ``OrderClasses`` states). The simulator
+    resolves them once per run (``capabilities.hooks``).
     """
 
     name: str = "policy"
     #: keys change with the clock (e.g. depend on waiting time): recomputed every cycle
     dynamic: bool = False
-    #: wants ``on_start``/``on_end`` calls (e.g. fair-share usage)
-    tracks_jobs: bool = False
     #: keys are whole numbers (e.g. Slurm's integer priorities): the simulator may fold the
     #: arrival tie-break into them
     integer_keys: bool = False
@@ -77,40 +74,8 @@ class Policy(ABC):
     def keys(self, idx: IntArray, now: float) -> FloatArray:
         """Sort keys of jobs ``idx`` at time ``now``; smaller starts first."""
 
-    def key(self, j: int, now: float) -> float:
-        """``keys`` of one job. The simulator asks this for the next job of a class while a
-        cycle runs; a policy whose keys are plain arithmetic overrides it with scalar code that
-        gives the same value bit for bit (a one-element numpy call costs more than the visit)."""
-        return float(self.keys(np.array([j], dtype=np.int64), now)[0])
-
-    def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:  # noqa: B027
-        """Called once at the start of a run with the simulator's live cluster state and the live
-        map of running jobs to their allocations (read-only). A learned prioritizer builds its
-        observation (free resources, running jobs) from these at each ``keys`` call; base policies
-        ignore them."""
-
-    def on_start(self, j: int, now: float) -> None:  # noqa: B027 - optional hook
-        """Job ``j`` started at ``now``."""
-
-    def on_end(self, j: int, now: float) -> None:  # noqa: B027 - optional hook
-        """Job ``j`` ended at ``now``."""
-
     def describe(self) -> str:
         return self.name
-
-    def order_classes(self) -> IntArray | None:
-        """Classes of jobs that this policy always orders by arrival, or None (no such promise).
-
-        The promise, for every class: at any time, the key of a job (``keys``) is non-decreasing in
-        its index among the jobs of its class (jobs arrive in index order, ties go to the earlier
-        arrival), and keys depend only on the job and the time (calling ``keys`` again at the same
-        time gives the same values, with no side effect beyond the clock). The simulator then
-        needs, per class, only the first queued job: with a long queue it orders a few hundred
-        class heads instead of every queued job, and it may skip ``keys`` where a cycle would try
-        a lone job. The base policies return None for a subclass that overrides ``keys`` (it
-        must make its own promise). Called after ``bind``.
-        """
-        return None
 
 
 def nondecreasing_within(classes: IntArray, keys: FloatArray) -> bool:

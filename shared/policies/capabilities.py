@@ -19,9 +19,9 @@ new policy writes only what it can do; the callers ask what it can do instead of
 (``isinstance(policy, WFP3)`` in the compiled core's dispatch, ``if name == "wfp3"`` in the
 snapshot keys), which is what made a new policy touch five files.
 
-The four hook protocols are the hooks' contract. ``Policy`` still carries no-op defaults for them
-(``base.py`` says why), so today every policy satisfies them; the capabilities that callers test
-are ``SnapshotForm``, ``CompiledForm`` and ``ExternalCompiled``, which ``Policy`` does not define.
+The simulator resolves the four hooks once per run (``hooks``): a policy without one is simply
+not called (``TracksJobs``, ``WatchesCluster``), asked ``keys`` of one job (``ScalarKey``) or
+taken to promise no order classes (``OrderClasses``).
 
 A check costs microseconds: callers check once per run or per call of a service, never per job.
 Where even that shows (the compiled core's dispatch, once per simulated window: a 256-job window
@@ -30,7 +30,7 @@ runs in about a millisecond), ``capable`` decides per class instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -40,6 +40,7 @@ from shared.domain.jobs import FloatArray, IntArray
 
 if TYPE_CHECKING:
     from shared.domain.cluster import ClusterSpec
+    from shared.policies.base import Policy
     from shared.policies.multifactor import MultifactorWeights
     from shared.scheduling.state import Alloc, ClusterState
 
@@ -48,6 +49,7 @@ __all__ = [
     "CompiledKind",
     "CompiledPolicy",
     "ExternalCompiled",
+    "Hooks",
     "OrderClasses",
     "PendingColumns",
     "ScalarKey",
@@ -58,6 +60,7 @@ __all__ = [
     "WatchesCluster",
     "capable",
     "float_column",
+    "hooks",
     "int_column",
 ]
 
@@ -194,8 +197,7 @@ class ScalarKey(Protocol):
 
 @runtime_checkable
 class TracksJobs(Protocol):
-    """Told of every start and end (fair-share usage, the learned policy's running jobs); the
-    simulator calls these only for a policy that sets ``tracks_jobs``."""
+    """Told of every start and end (fair-share usage, the learned policy's running jobs)."""
 
     def on_start(self, j: int, now: float) -> None: ...
     def on_end(self, j: int, now: float) -> None: ...
@@ -211,10 +213,20 @@ class WatchesCluster(Protocol):
 
 @runtime_checkable
 class OrderClasses(Protocol):
-    """Classes of jobs the policy always orders by arrival (``Policy.order_classes`` states the
-    promise): the simulator's class-head shortcuts and the compiled core need it."""
+    """Classes of jobs the policy always orders by arrival: the simulator's class-head shortcuts
+    and the compiled core need them."""
 
-    def order_classes(self) -> IntArray | None: ...
+    def order_classes(self) -> IntArray | None:
+        """Each job's class, or None (no such promise now). The promise, for every class: at any
+        time, the key of a job (``keys``) is non-decreasing in its index among the jobs of its
+        class (jobs arrive in index order, ties go to the earlier arrival), and keys depend only
+        on the job and the time (calling ``keys`` again at the same time gives the same values,
+        with no side effect beyond the clock). The simulator then needs, per class, only the
+        first queued job: with a long queue it orders a few hundred class heads instead of every
+        queued job, and it may skip ``keys`` where a cycle would try a lone job. The base
+        policies return None for a subclass that overrides ``keys`` (it must make its own
+        promise). Called after ``bind``."""
+        ...
 
 
 def capable(policy: object, capability: type) -> bool:
@@ -224,3 +236,36 @@ def capable(policy: object, capability: type) -> bool:
     is cached per class by ``ABCMeta``. A capability is a class's: an instance that sets one of
     the methods to None is not told apart."""
     return issubclass(type(policy), capability)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """A policy's simulator hooks, resolved once at the start of a run: the Python loop calls
+    ``key`` per job of a cycle and ``on_start``/``on_end`` per job, so it reads bound methods
+    from here instead of checking a capability each time. None: the policy lacks the hook."""
+
+    key: Callable[[int, float], float]
+    on_start: Callable[[int, float], None] | None
+    on_end: Callable[[int, float], None] | None
+    attach: Callable[[ClusterState, Mapping[int, Alloc]], None] | None
+    order_classes: Callable[[], IntArray | None] | None
+
+
+def hooks(policy: Policy) -> Hooks:
+    """``policy``'s hooks (``Hooks``); ``key`` is a one-job ``keys`` call where the policy has no
+    scalar ``key``."""
+
+    def one_key(j: int, now: float) -> float:
+        return float(policy.keys(np.array([j], dtype=np.int64), now)[0])
+
+    on_start: Callable[[int, float], None] | None = None
+    on_end: Callable[[int, float], None] | None = None
+    if isinstance(policy, TracksJobs):
+        on_start, on_end = policy.on_start, policy.on_end
+    return Hooks(
+        key=policy.key if isinstance(policy, ScalarKey) else one_key,
+        on_start=on_start,
+        on_end=on_end,
+        attach=policy.attach if isinstance(policy, WatchesCluster) else None,
+        order_classes=policy.order_classes if isinstance(policy, OrderClasses) else None,
+    )

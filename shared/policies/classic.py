@@ -190,7 +190,7 @@ class UNICEP(Policy):
 
     def key(self, j: int, now: float) -> float:
         if type(self).keys is not UNICEP.keys:
-            return super().key(j, now)
+            return float(self.keys(np.array([j], dtype=np.int64), now)[0])
         if self._scalar is None:
             # per job: submit time, and width x estimate from the same numpy expression as
             # ``keys`` (elementwise, so the values are the same bit for bit)

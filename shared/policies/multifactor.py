@@ -60,7 +60,6 @@ class SlurmMultifactor(Policy):
 
     name = "multifactor"
     dynamic = True
-    tracks_jobs = True
     integer_keys = True
 
     def __init__(self, weights: MultifactorWeights | None = None) -> None:
@@ -154,7 +153,7 @@ class SlurmMultifactor(Policy):
         ``priority``, with the per-user fair-share factor from the same numpy expression."""
         cls = type(self)
         if cls.keys is not SlurmMultifactor.keys or cls.priority is not SlurmMultifactor.priority:
-            return super().key(j, now)
+            return float(self.keys(np.array([j], dtype=np.int64), now)[0])
         self._advance(now)
         w = self.w
         if self._scalar is None:

@@ -66,6 +66,7 @@ from shared.features.views import ClusterView
 from shared.model import ActorCritic, order_to_priorities, sample_order
 from shared.model.fast import FastActor, base_head, greedy_priorities, gumbel_log, learned_keys
 from shared.policies.base import Policy, PolicyContext
+from shared.policies.capabilities import hooks
 from shared.rl.fused import blas_matches_numpy, finish_and_sample, libm_matches_numpy
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.state import Alloc, ClusterState
@@ -150,7 +151,6 @@ class LearnedPolicy(Policy):
     # its ``running`` jobs, kept by the core in ``RunningJobs``' layout
     name = "learned"
     dynamic = True
-    tracks_jobs = True
 
     def __init__(
         self,
@@ -171,6 +171,8 @@ class LearnedPolicy(Policy):
             raise ValueError("LearnedPolicy needs a model or a controller")
         self.model = model
         self.base = base
+        #: the base policy's hooks (its starts and ends are passed on only where it tracks jobs)
+        self.base_hooks = hooks(base)
         self.mode = mode
         self.warm_until = warm_until
         self.sampler = sampler or FeatureSampler()
@@ -205,7 +207,8 @@ class LearnedPolicy(Policy):
         self.est = ctx.estimate
 
     def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:
-        self.base.attach(state, allocs)
+        if self.base_hooks.attach is not None:
+            self.base_hooks.attach(state, allocs)
         self.state = state
         self.allocs = allocs
         # the compiled core keeps the running jobs itself (``CompiledState.running``), in the
@@ -239,7 +242,7 @@ class LearnedPolicy(Policy):
         with no side effect: a base policy with static keys lets the compiled core order those
         cycles itself."""
         base = self.base
-        if base.dynamic or base.tracks_jobs:
+        if base.dynamic or self.base_hooks.on_start is not None:
             return -np.inf, None
         return self.warm_until, np.asarray(base.keys(jobs, 0.0), dtype=np.float64)
 
@@ -247,21 +250,23 @@ class LearnedPolicy(Policy):
         """Jobs started or ended since the last decision: a new state version; the starts and
         ends themselves only for a base policy that tracks jobs (the running jobs are the core's)."""
         self.touch()
-        return self.base.tracks_jobs
+        return self.base_hooks.on_start is not None
 
     def on_start(self, j: int, now: float) -> None:
         self.version = next(_VERSIONS)
         if self._own_running:
             self.running.add(j, self.allocs[j].group, now + float(self.est[j]))
-        if self.base.tracks_jobs:
-            self.base.on_start(j, now)
+        base_start = self.base_hooks.on_start
+        if base_start is not None:
+            base_start(j, now)
 
     def on_end(self, j: int, now: float) -> None:
         self.version = next(_VERSIONS)
         if self._own_running:
             self.running.remove(j)
-        if self.base.tracks_jobs:
-            self.base.on_end(j, now)
+        base_end = self.base_hooks.on_end
+        if base_end is not None:
+            base_end(j, now)
 
     def describe(self) -> str:
         return self.name

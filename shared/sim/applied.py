@@ -24,6 +24,7 @@ import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray, IntArray
 from shared.policies.base import Policy, PolicyContext
+from shared.policies.capabilities import hooks
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.placement import alloc_fits
 from shared.scheduling.result import SimResult
@@ -126,10 +127,12 @@ def run_applied(
         policy.bind(
             PolicyContext(workload=workload, estimate=estimate, capacity_gpus=workload.spec.total_gpus)
         )
-        policy.attach(st, allocs)
-        track = policy.tracks_jobs
+        h = hooks(policy)
+        if h.attach is not None:
+            h.attach(st, allocs)
+        on_start, on_end = h.on_start, h.on_end
     else:
-        track = False
+        on_start = on_end = None
     submit, runtime = jobs.submit.tolist(), jobs.runtime.tolist()
     est = estimate.tolist()
     start, end = np.full(n, np.nan), np.full(n, np.nan)
@@ -152,8 +155,8 @@ def run_applied(
             st.give(allocs.pop(r))
             del running[r]
             ended.append((r, now))
-            if track and policy is not None:
-                policy.on_end(r, now)
+            if on_end is not None:
+                on_end(r, now)
         while i < n and submit[i] <= now:
             queued.append(i)
             i += 1
@@ -177,8 +180,8 @@ def run_applied(
                 running[j] = RunningAt(a, now, now + est[j])
                 heapq.heappush(heap, (end[j], j))
                 waiting.discard(j)
-                if track and policy is not None:
-                    policy.on_start(j, now)
+                if on_start is not None:
+                    on_start(j, now)
             queued = [j for j in queued if j in waiting]
         tl_t.append(now)
         tl_busy.append(st.busy_milli / WHOLE_GPU_MILLI)

@@ -302,7 +302,7 @@ class ClassHeads:
         if h < len(lst):
             j2 = lst[h]
             keys = rs.static_keys_l
-            k2 = keys[j2] if keys is not None else rs.policy.key(j2, now)
+            k2 = keys[j2] if keys is not None else rs.key(j2, now)
             heapq.heappush(order, (k2, j2, b, h, -1, 0))
             in_order[rs.shape[j2]] += 1
             return 1

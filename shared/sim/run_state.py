@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
+from shared.policies.capabilities import hooks
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.partition import row_classes
 from shared.scheduling.placement import Caps
@@ -158,7 +159,10 @@ class RunState:
         self.allocations: dict[int, RecordedAlloc] = sim.allocations
         self.profiles = sim.node_release_profiles
         self.releases = NodeReleases()
-        self.track = policy.tracks_jobs
+        # the policy's hooks, resolved once (``key`` per job of a cycle, starts and ends per job)
+        self.hooks = h = hooks(policy)
+        self.key = h.key
+        self.on_start, self.on_end = h.on_start, h.on_end
         self.static_keys = policy.keys(np.arange(n), 0.0) if not policy.dynamic else None
         self.start = np.full(n, np.nan)
         self.end = np.full(n, np.nan)
@@ -166,7 +170,8 @@ class RunState:
         # the node group each job ran in: placement studies score idle GPUs per GPU type with it
         self.job_group = np.full(n, -1, dtype=np.int64)
         self.allocs: dict[int, Alloc] = {}
-        policy.attach(self.st, self.allocs)
+        if h.attach is not None:
+            h.attach(self.st, self.allocs)
         self.heap: list[tuple[float, int]] = []
         # running jobs in the order reservations release them: (estimated end, start order, job)
         self.run_sorted: list[Release] = []
@@ -224,7 +229,7 @@ class RunState:
         """Order classes (``Policy.order_classes``) split by request: the jobs of one class share
         shape, CPUs, memory and estimate, and the policy orders them by arrival, so only the
         first queued job of a class can be next, and a failed request retires a class whole."""
-        order_cls = self.policy.order_classes()
+        order_cls = self.hooks.order_classes() if self.hooks.order_classes is not None else None
         self.by_class = by_class = order_cls is not None and n > 0
         self.job_bucket: list[int] = []
         self.bucket_jobs: list[list[int]] = []  # per class, its jobs that arrived, in arrival order
@@ -328,8 +333,8 @@ class RunState:
             del self.shape_count[k]
         if self.by_class:
             self._next_head(j, k)
-        if self.track:
-            self.policy.on_start(j, now)
+        if self.on_start is not None:
+            self.on_start(j, now)
 
     def _next_head(self, j: int, k: int) -> None:
         """Job ``j`` (of shape ``k``) left the queue: if it headed its order class, the class's
@@ -371,8 +376,8 @@ class RunState:
             if profiles and st.groups[a.group].gfree is None:
                 self.releases.remove(s, e_est, a)
             released = True
-            if self.track:
-                self.policy.on_end(r, now)
+            if self.on_end is not None:
+                self.on_end(r, now)
         return released
 
     def arrive(self, now: float) -> int:

@@ -36,7 +36,6 @@ class Undeclared(Policy):
 
     name = "probe"
     dynamic = True
-    tracks_jobs = True
 
     def __init__(self, seed: int, hint_until: float | None = None) -> None:
         self.rng = np.random.default_rng(seed)

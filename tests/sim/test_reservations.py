@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from shared.domain.cluster import parse_cluster_spec
 from shared.domain.jobs import build_table
 from shared.policies import POLICY_NAMES, PolicyContext, make_policy
+from shared.policies.capabilities import hooks
 from shared.scheduling.binding import bind_jobs
 from shared.scheduling.releases import NodeReleases
 from shared.scheduling.state import Alloc, ClusterState
@@ -213,12 +214,13 @@ def test_key_of_one_job_is_keys_bit_for_bit(
     policy = make_policy(name)
     policy.bind(PolicyContext(workload=bound, estimate=bound.jobs.estimate, capacity_gpus=spec.total_gpus))
     idx = np.arange(len(bound.jobs))
+    h = hooks(policy)
     for step, t in enumerate(sorted(times)):
         now = float(submit[-1]) + t
-        if policy.tracks_jobs:
-            policy.on_start(step % len(idx), now)  # usage grows from here on
+        if h.on_start is not None:
+            h.on_start(step % len(idx), now)  # usage grows from here on
         keys = policy.keys(idx, now).tolist()
-        assert [policy.key(j, now) for j in idx.tolist()] == keys
+        assert [h.key(j, now) for j in idx.tolist()] == keys
 
 
 @settings(max_examples=200, deadline=None)

@@ -32,8 +32,8 @@ The functions, top down:
 ``shared.sim.compiled.run.unsupported`` says which runs go to the Python simulator instead.
 
 The baseline policies' keys are computed here; a policy that orders the queue in Python (a
-learned one, ``Policy.external_compiled``) is asked for them at each cycle through a callback in
-object mode (``_keys``, ``run.run_external``).
+learned one: ``shared.policies.capabilities.ExternalCompiled``) is asked for them at each cycle
+through a callback in object mode (``_keys``, ``run.run_external``).
 """
 
 from __future__ import annotations

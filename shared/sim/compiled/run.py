@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray
-from shared.policies.capabilities import CompiledForm, CompiledPolicy, ExternalCompiled, capable
+from shared.policies.capabilities import (
+    CompiledForm,
+    CompiledPolicy,
+    ExternalCompiled,
+    OrderClasses,
+    TracksJobs,
+    capable,
+    hooks,
+)
 from shared.scheduling.binding import nodes_needed
 from shared.scheduling.partition import row_classes
 from shared.scheduling.placement import BestFit, FirstFit
@@ -133,12 +141,12 @@ def _policy_unsupported(sim: Simulator) -> str | None:
     policy = sim.policy
     name = type(policy).__name__
     own = capable(policy, CompiledForm)
-    if not own and (policy.dynamic or policy.tracks_jobs):
+    if not own and (policy.dynamic or capable(policy, TracksJobs)):
         return (
             f"policy {name} has no compiled form (compiled: static keys, CompiledForm and "
             "ExternalCompiled policies)"
         )
-    if policy.order_classes() is None:
+    if not capable(policy, OrderClasses) or cast(OrderClasses, policy).order_classes() is None:
         return "the policy declares no order classes"
     if own:
         # whether it has one now: the form of no jobs (its reason does not depend on the range,
@@ -188,7 +196,10 @@ def run_external(
     lo, hi = job_range or (0, len(sim.w.jobs))
     run = _Prepared(sim, job_range, external=True, hints=policy.external_hints(np.arange(lo, hi)))
     state = CompiledState(run)
-    policy.attach(state, state.allocs)  # type: ignore[arg-type]
+    h = hooks(policy)
+    if h.attach is not None:
+        h.attach(state, state.allocs)  # type: ignore[arg-type]
+    on_start, on_end = h.on_start, h.on_end
     ext, lo = run.ext, run.lo
     ev_j, ev_t = ext.event_job, ext.event_time
     # views of the fields the loop writes (a structured field read costs more than an index)
@@ -197,13 +208,13 @@ def run_external(
 
     def ask() -> None:
         n_ev = int(n_events[0])
-        if n_ev and policy.external_changed(n_ev):
+        if n_ev and policy.external_changed(n_ev) and on_start is not None and on_end is not None:
             for e in range(n_ev):
                 j, t = int(ev_j[e]), float(ev_t[e])
                 if j >= 0:
-                    policy.on_start(j + lo, t)
+                    on_start(j + lo, t)
                 else:
-                    policy.on_end(-j - 1 + lo, t)
+                    on_end(-j - 1 + lo, t)
         queue = ext.queue[: int(queue_len[0])]
         ext_key[queue] = policy.keys(queue + lo, float(clock[0]))
 
@@ -424,7 +435,7 @@ class _Prepared:
             # an external policy may order the queue any way at every cycle: each job is a class
             rec["order"] = np.arange(hi - lo, dtype=np.int64)
         elif hi > lo:
-            order_cls = sim.policy.order_classes()
+            order_cls = cast(OrderClasses, sim.policy).order_classes()  # ``unsupported`` checked
             assert order_cls is not None
             cols = (jobs.cpus_milli[lo:hi], jobs.mem_mib[lo:hi], sim.est[lo:hi], order_cls[lo:hi])
             rec["order"] = row_classes(w.shape[lo:hi], *cols)
