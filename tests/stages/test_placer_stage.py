@@ -222,7 +222,10 @@ def test_both_placers_produce_valid_placements_with_the_easy_guarantee(seed: int
     by_id = {j.job_id: j for j in s.pending}
     results = {}
     for placement in PLACEMENTS:
-        stage = PlacerStage(specs, placement=placement)  # type: ignore[arg-type]
+        # CP-SAT under its wall-clock budget may decide twice differently on a loaded machine
+        # (the full suite on 2 cores): the reproducible setting stops on counted work only
+        settings = EXACT if placement == "cp-sat" else None
+        stage = PlacerStage(specs, placement=placement, settings=settings)  # type: ignore[arg-type]
         d = stage.handle(v, s)
         results[placement] = d
         # replay the allocations behind the decision: each fits what the earlier ones left
