@@ -12,6 +12,14 @@ Units, everywhere in Hylo:
   whole GPUs, 1..999 a fraction of one shared GPU; only ``gpus == 1`` may be fractional);
 - CPUs in milli-cores and memory in MiB (int64); ``-1`` means "not given", to be filled from the
   cluster's per-GPU defaults when the job is bound to a cluster.
+
+Besides the fields every job has (``NUMERIC_FIELDS``), a table holds optional columns
+(``OPTIONAL_FIELDS``) that only some traces carry: the submitter's group, the application
+(executable), the trace's own queue and partition labels, and the wait the trace logged. Why they
+are separate: the scheduler never needs them, but a runtime predictor (``shared.prediction``) learns
+from them, and a trace that lacks one must say "not given" rather than invent a value. A missing
+value is ``UNKNOWN`` (-1) in a code column and NaN in ``logged_wait``; a loader that has no such
+column leaves it out and the table fills it with that marker.
 """
 
 from __future__ import annotations
@@ -43,6 +51,31 @@ NUMERIC_FIELDS: dict[str, type[np.generic]] = {
     "qos": np.int64,  # index into JobTable.qoses
 }
 
+# Optional field name -> (numpy dtype, missing marker); the code columns index the code table named
+# in OPTIONAL_CODE_TABLES. ``queue``/``partition`` are the trace's raw labels (-1 = the trace does not
+# say), next to ``qos``/``vc``, the scheduling view of the same labels with neutral names filled in.
+OPTIONAL_FIELDS: dict[str, tuple[type[np.generic], float]] = {
+    "group": (np.int64, UNKNOWN),  # the submitter's group, index into JobTable.groups
+    "app": (np.int64, UNKNOWN),  # application / executable, index into JobTable.apps
+    "queue": (np.int64, UNKNOWN),  # the trace's queue, index into JobTable.queues
+    "partition": (np.int64, UNKNOWN),  # the trace's partition, index into JobTable.partitions
+    "logged_wait": (np.float64, np.nan),  # wait logged in the trace (s), NaN = not in the trace
+}
+OPTIONAL_CODE_TABLES: dict[str, str] = {
+    "group": "groups",
+    "app": "apps",
+    "queue": "queues",
+    "partition": "partitions",
+}
+
+
+def _not_given_int() -> IntArray:
+    return np.zeros(0, dtype=np.int64)
+
+
+def _not_given_float() -> FloatArray:
+    return np.zeros(0, dtype=np.float64)
+
 
 @dataclass(frozen=True)
 class TraceMeta:
@@ -63,6 +96,9 @@ class JobTable:
     ``type_sets[k]`` is the tuple of GPU types allowed for jobs with ``type_set == k``; the empty
     tuple means "any GPU type". Code tables (``users``, ``vcs``, ``qoses``) map the integer codes
     back to the names that appeared in the trace.
+
+    The optional columns (``OPTIONAL_FIELDS``) may be omitted; an omitted one (an empty array) is
+    filled with its missing marker, so every column always has one value per job.
     """
 
     ids: npt.NDArray[np.str_]
@@ -82,10 +118,22 @@ class JobTable:
     vcs: list[str] = field(default_factory=lambda: ["default"])
     qoses: list[str] = field(default_factory=lambda: ["normal"])
     meta: TraceMeta = field(default_factory=lambda: TraceMeta(name="unnamed"))
+    group: IntArray = field(default_factory=_not_given_int)
+    app: IntArray = field(default_factory=_not_given_int)
+    queue: IntArray = field(default_factory=_not_given_int)
+    partition: IntArray = field(default_factory=_not_given_int)
+    logged_wait: FloatArray = field(default_factory=_not_given_float)
+    groups: list[str] = field(default_factory=list)
+    apps: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        for name in NUMERIC_FIELDS:
+        for name, (dtype, missing) in OPTIONAL_FIELDS.items():
+            if len(getattr(self, name)) == 0 and n > 0:
+                setattr(self, name, np.full(n, missing, dtype=dtype))
+        for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS):
             arr = getattr(self, name)
             if len(arr) != n:
                 raise ValueError(f"JobTable field {name!r} has {len(arr)} values, expected {n}")
@@ -101,12 +149,13 @@ class JobTable:
     def take(self, index: npt.ArrayLike) -> JobTable:
         """A new table holding the selected rows (code tables are shared, not copied)."""
         idx = np.asarray(index)
-        fields: dict[str, Any] = {name: getattr(self, name)[idx] for name in NUMERIC_FIELDS}
+        names = (*NUMERIC_FIELDS, *OPTIONAL_FIELDS)
+        fields: dict[str, Any] = {name: getattr(self, name)[idx] for name in names}
         return replace(self, ids=self.ids[idx], **fields)
 
     def with_fields(self, **arrays: npt.NDArray[Any]) -> JobTable:
-        """A copy with some numeric fields replaced (for example estimates filled in)."""
-        unknown = set(arrays) - set(NUMERIC_FIELDS)
+        """A copy with some numeric or optional fields replaced (for example estimates filled in)."""
+        unknown = set(arrays) - set(NUMERIC_FIELDS) - set(OPTIONAL_FIELDS)
         if unknown:
             raise KeyError(f"unknown JobTable fields: {sorted(unknown)}")
         fields: dict[str, Any] = dict(arrays)
@@ -128,6 +177,21 @@ class JobTable:
 
     def type_names(self, k: int) -> tuple[str, ...]:
         return self.type_sets[k]
+
+    def label(self, column: str, i: int) -> str | None:
+        """The name job ``i`` has in an optional code column (``group``, ``app``, ``queue``,
+        ``partition``), or None where the trace does not give it."""
+        code = int(getattr(self, column)[i])
+        if code == UNKNOWN:
+            return None
+        names: list[str] = getattr(self, OPTIONAL_CODE_TABLES[column])
+        return names[code]
+
+    def has_column(self, column: str) -> bool:
+        """True when at least one job has a value in the optional ``column`` (not all missing)."""
+        values = getattr(self, column)
+        _, missing = OPTIONAL_FIELDS[column]
+        return bool(np.isfinite(values).any() if np.isnan(missing) else (values != missing).any())
 
 
 def empty_table(meta: TraceMeta | None = None) -> JobTable:
@@ -190,9 +254,19 @@ def build_table(
     vcs: list[str] | None = None,
     qoses: list[str] | None = None,
     meta: TraceMeta | None = None,
+    optional: dict[str, list[Any]] | None = None,
+    code_tables: dict[str, list[str]] | None = None,
 ) -> JobTable:
-    """Build a submit-sorted JobTable from plain lists; omitted fields take neutral defaults."""
+    """Build a submit-sorted JobTable from plain lists; omitted fields take neutral defaults.
+
+    ``optional`` holds optional columns by name (``OPTIONAL_FIELDS``, e.g. ``{"group": [0, -1]}``)
+    and ``code_tables`` their names (e.g. ``{"groups": ["g1"]}``); omitted ones are "not given".
+    """
     n = len(ids)
+    extra: dict[str, Any] = {
+        name: np.asarray(values, dtype=OPTIONAL_FIELDS[name][0]) for name, values in (optional or {}).items()
+    }
+    extra.update({name: list(names) for name, names in (code_tables or {}).items()})
 
     def arr(values: list[Any] | None, dtype: type[np.generic], default: float) -> npt.NDArray[Any]:
         if values is None:
@@ -217,5 +291,6 @@ def build_table(
         vcs=vcs if vcs is not None else ["default"],
         qoses=qoses if qoses is not None else ["normal"],
         meta=meta or TraceMeta(name="jobs"),
+        **extra,
     )
     return table.sorted_by_submit()

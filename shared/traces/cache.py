@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from shared.config import get_settings
-from shared.domain.jobs import NUMERIC_FIELDS, JobTable, TraceMeta
+from shared.domain.jobs import NUMERIC_FIELDS, OPTIONAL_CODE_TABLES, OPTIONAL_FIELDS, JobTable, TraceMeta
 from shared.traces.model import Exclusion, LoadedTrace
 from shared.traces.reading import file_sha256
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the optional columns (group, app, queue, partition, logged_wait)
 SUBDIR = "traces"
 _JSON_KEY = "__json__"
 
@@ -61,10 +61,11 @@ def save_entry(target: Path, loaded: LoadedTrace) -> None:
         "users": table.users,
         "vcs": table.vcs,
         "qoses": table.qoses,
+        **{names: getattr(table, names) for names in OPTIONAL_CODE_TABLES.values()},
         "exclusions": [asdict(e) for e in loaded.exclusions],
         "loader": loaded.loader,
     }
-    arrays: dict[str, Any] = {name: getattr(table, name) for name in NUMERIC_FIELDS}
+    arrays: dict[str, Any] = {name: getattr(table, name) for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS)}
     arrays["ids"] = table.ids
     arrays[_JSON_KEY] = np.asarray(json.dumps(doc))
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -86,9 +87,13 @@ def load_entry(source: Path, path: Path) -> LoadedTrace | None:
         with np.load(source, allow_pickle=False) as npz:
             doc = json.loads(str(npz[_JSON_KEY][()]))
             fields = {name: np.asarray(npz[name], dtype=dtype) for name, dtype in NUMERIC_FIELDS.items()}
+            fields.update(
+                {name: np.asarray(npz[name], dtype=dt) for name, (dt, _) in OPTIONAL_FIELDS.items()}
+            )
             ids = np.asarray(npz["ids"])
         meta = dict(doc["meta"])
         meta["notes"] = tuple(meta.get("notes", ()))
+        columns: dict[str, Any] = {**fields, **{k: list(doc[k]) for k in OPTIONAL_CODE_TABLES.values()}}
         table = JobTable(
             ids=ids,
             type_sets=[tuple(t) for t in doc["type_sets"]],
@@ -96,7 +101,7 @@ def load_entry(source: Path, path: Path) -> LoadedTrace | None:
             vcs=list(doc["vcs"]),
             qoses=list(doc["qoses"]),
             meta=TraceMeta(**meta),
-            **fields,
+            **columns,
         )
         exclusions = [
             Exclusion(e["reason"], int(e["count"]), list(e["example_ids"]), tuple(e.get("submit_s", ())))

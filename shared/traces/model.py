@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.exclusions import Exclusion
-from shared.domain.jobs import NUMERIC_FIELDS, JobTable, TraceMeta
+from shared.domain.jobs import NUMERIC_FIELDS, OPTIONAL_FIELDS, JobTable, TraceMeta
 
 __all__ = ["Exclusion", "LoadedTrace", "assemble", "make_exclusion", "rebase_origin"]
 
@@ -71,10 +71,13 @@ def assemble(
     qoses: list[str] | None = None,
     origin_base: float = 0.0,
     notes: list[str] | None = None,
+    code_tables: dict[str, list[str]] | None = None,
 ) -> JobTable:
     """Build the final table: fill neutral defaults, sort by submit (stable), rebase to t = 0.
 
-    ``arrays`` holds the numeric fields in file order; missing ones take the "not given" value.
+    ``arrays`` holds the numeric fields in file order, and any optional ones the trace has
+    (``OPTIONAL_FIELDS``: group, app, queue, partition, logged_wait, with their code tables in
+    ``code_tables``, e.g. ``{"groups": [...]}``); missing ones take the "not given" value.
     ``origin_base`` is the absolute time of submit = 0 in the file (the SWF UnixStartTime, or 0
     for files that already hold epoch seconds); the table's ``TraceMeta.origin`` becomes
     ``origin_base`` plus the first submit, i.e. the absolute time of the rebased t = 0.
@@ -87,6 +90,10 @@ def assemble(
             fields[fname] = np.asarray(arrays[fname], dtype=dtype)
         else:
             fields[fname] = np.full(n, defaults.get(fname, 0), dtype=dtype)
+    for fname, (dtype, missing) in OPTIONAL_FIELDS.items():
+        fields[fname] = (
+            np.asarray(arrays[fname], dtype=dtype) if fname in arrays else np.full(n, missing, dtype)
+        )
     order = np.argsort(fields["submit"], kind="stable")
     offset = float(fields["submit"][order[0]]) if n else 0.0
     fields = {k: v[order] for k, v in fields.items()}
@@ -100,6 +107,7 @@ def assemble(
         sha256=sha256,
         notes=tuple(notes or ()),
     )
+    columns: dict[str, Any] = {**fields, **{name: list(v) for name, v in (code_tables or {}).items()}}
     return JobTable(
         ids=np.asarray(ids)[order],
         type_sets=type_sets if type_sets is not None else [()],
@@ -107,5 +115,5 @@ def assemble(
         vcs=vcs if vcs is not None else ["default"],
         qoses=qoses if qoses is not None else ["normal"],
         meta=meta,
-        **fields,
+        **columns,
     )

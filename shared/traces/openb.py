@@ -13,6 +13,8 @@ Mapping:
   a CPU-only pod (``gpus = 0``).
 - ``gpu_spec``: ``|``-separated allowed GPU models (duplicates removed), empty = any model.
 - ``qos`` -> ``qos``; ``cpu_milli``/``memory_mib`` -> ``cpus_milli``/``mem_mib``; no user or VC.
+- ``logged_wait`` = ``scheduled_time - creation_time`` (the wait in the original cluster), so that
+  a pod's logged finish (creation + wait + runtime = deletion) is known to the runtime predictor.
 
 Excluded (counted, not silently dropped): pods with an empty ``scheduled_time``. They never ran in
 the real cluster (all are ``Pending`` at the end of the trace), so they have no runtime.
@@ -32,7 +34,8 @@ from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion
 from shared.traces.reading import Source, read_csv_with_header
 
 LOADER = "openb"
-VERSION = 2  # 2: excluded rows keep their submit times (per-window excluded counts)
+# 2: excluded rows keep their submit times (per-window excluded counts); 3: logged_wait kept
+VERSION = 3
 POD_FIELDS = (
     "name",
     "cpu_milli",
@@ -129,6 +132,7 @@ def parse_openb(path: Path) -> LoadedTrace:
         "cpus_milli": cpu[keep],
         "mem_mib": mem[keep],
         "qos": qos[keep],
+        "logged_wait": (scheduled - creation)[keep],
     }
     table = assemble(
         name=src.path.name,

@@ -8,13 +8,22 @@ field  SWF meaning                Hylo field
 =====  =========================  ===================================================
 1      job number                 ``ids``
 2      submit time (s)            ``submit`` (origin = UnixStartTime + first submit)
+3      wait time (s)              ``logged_wait`` (-1 -> NaN: not logged)
 4      run time (s)               ``runtime``
 5      allocated processors       ``gpus``; when -1, field 8 (requested processors)
 9      requested time (s)         ``estimate`` (-1 or 0 -> NaN)
 12     user id                    ``user`` (-1 -> ``unknown``)
-15     queue                      ``qos`` (-1 -> ``normal``; named from the header)
-16     partition                  ``vc`` (-1 -> ``default``; named from the header)
+13     group id                   ``group`` (-1 -> not given, ``UNKNOWN``)
+14     executable (application)   ``app`` (-1 -> not given)
+15     queue                      ``qos`` (-1 -> ``normal``; named from the header) and
+                                  ``queue`` (-1 -> not given; named from the header)
+16     partition                  ``vc`` (-1 -> ``default``; named from the header) and
+                                  ``partition`` (-1 -> not given; named from the header)
 =====  =========================  ===================================================
+
+Why queue and partition twice: ``qos``/``vc`` are what the scheduler reads (a neutral name where the
+log says nothing), ``queue``/``partition`` keep what the log itself says, "not given" included,
+for the runtime predictor (``shared.prediction``), which must not mistake a filled-in name for data.
 
 Why processors become ``gpus``: Hylo schedules GPU slots; an HPC trace is used as a workload of
 "one processor = one slot" jobs so that CPU-cluster logs with real user estimates (which GPU traces
@@ -34,13 +43,15 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from shared.domain.jobs import CodeBook, JobTable
+from shared.domain.jobs import UNKNOWN, CodeBook, JobTable
 from shared.traces.errors import TraceFormatError
 from shared.traces.model import Exclusion, LoadedTrace, assemble, make_exclusion, rebase_origin
 from shared.traces.reading import Source
 
 LOADER = "swf"
-VERSION = 2  # 2: excluded rows keep their submit times (per-window excluded counts)
+# 2: excluded rows keep their submit times (per-window excluded counts)
+# 3: group, executable, queue, partition and wait kept as optional columns
+VERSION = 3
 FIELDS = (
     "job_number",
     "submit_time",
@@ -162,6 +173,14 @@ def _names(
     return np.asarray(codes, dtype=np.int64)[inverse.reshape(-1)]
 
 
+def _labels(values: npt.NDArray[np.float64], book: CodeBook, named: dict[int, str]) -> npt.NDArray[np.int64]:
+    """Codes for an optional id column: -1 stays ``UNKNOWN`` (not given), other ids are named from
+    the header when it names them, else by their number."""
+    distinct, inverse = np.unique(values.astype(np.int64), return_inverse=True)
+    codes = [UNKNOWN if k == -1 else book.code(named.get(k, str(k))) for k in distinct.tolist()]
+    return np.asarray(codes, dtype=np.int64)[inverse.reshape(-1)]
+
+
 def parse_swf(path: Path) -> LoadedTrace:
     """Read every job, validate every field, and exclude jobs that cannot be simulated."""
     src = Source.read(path)
@@ -184,7 +203,9 @@ def parse_swf(path: Path) -> LoadedTrace:
         if mask.any()
     ]
     users, qoses, vcs = CodeBook(), CodeBook(), CodeBook()
+    groups, apps, queues, partitions = CodeBook(), CodeBook(), CodeBook(), CodeBook()
     req_time = col["requested_time"]
+    wait = col["wait_time"]
     arrays = {
         "submit": col["submit_time"][keep],
         "runtime": col["run_time"][keep],
@@ -193,6 +214,11 @@ def parse_swf(path: Path) -> LoadedTrace:
         "user": _names(col["user_id"][keep], users, {}, "unknown"),
         "qos": _names(col["queue"][keep], qoses, header.queues, "normal"),
         "vc": _names(col["partition"][keep], vcs, header.partitions, "default"),
+        "group": _labels(col["group_id"][keep], groups, {}),
+        "app": _labels(col["executable"][keep], apps, {}),
+        "queue": _labels(col["queue"][keep], queues, header.queues),
+        "partition": _labels(col["partition"][keep], partitions, header.partitions),
+        "logged_wait": np.where(wait >= 0, wait, np.nan)[keep],
     }
     notes = [e.describe() for e in exclusions] + ["processors are scheduled as GPU slots (gpus = processors)"]
     table = assemble(
@@ -206,6 +232,12 @@ def parse_swf(path: Path) -> LoadedTrace:
         qoses=qoses.names or ["normal"],
         origin_base=header.unix_start,
         notes=notes,
+        code_tables={
+            "groups": groups.names,
+            "apps": apps.names,
+            "queues": queues.names,
+            "partitions": partitions.names,
+        },
     )
     return LoadedTrace(table=table, exclusions=exclusions, loader=LOADER, path=src.path)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shared.config import get_settings
-from shared.domain.jobs import NUMERIC_FIELDS, JobTable
+from shared.domain.jobs import NUMERIC_FIELDS, OPTIONAL_CODE_TABLES, OPTIONAL_FIELDS, JobTable
 from shared.traces import LoadedTrace, load_trace, registry
 
 RLTUNE_ROWS = [
@@ -21,10 +21,12 @@ RLTUNE_ROWS = [
 
 def assert_same(a: JobTable, b: JobTable) -> None:
     np.testing.assert_array_equal(a.ids, b.ids)
-    for name in NUMERIC_FIELDS:
+    for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
         assert getattr(a, name).dtype == getattr(b, name).dtype
     assert (a.type_sets, a.users, a.vcs, a.qoses, a.meta) == (b.type_sets, b.users, b.vcs, b.qoses, b.meta)
+    for names in OPTIONAL_CODE_TABLES.values():
+        assert getattr(a, names) == getattr(b, names), names
 
 
 class Counting:

@@ -127,6 +127,7 @@ class TestOpenb:
         assert t.gpus[i] == 0 and t.gpu_demand[i] == 0.0
         assert t.submit[i] == 2759674
         assert t.runtime[i] == 12902960 - 2759676  # deletion - scheduled, not - creation
+        assert t.logged_wait[i] == 2759676 - 2759674  # scheduled - creation: the wait it had
 
     def test_whole_gpu_pod(self, openb: LoadedTrace) -> None:
         # line 19: openb-pod-0017,88000,327680,8,1000,,Burstable,Succeeded,9437497,10769854,9437497
@@ -175,6 +176,10 @@ class TestRltune:
         assert t.users[t.user[1]] == "4"
         assert t.cpus_milli[0] == -1 and t.mem_mib[0] == -1
         assert t.vcs[t.vc[0]] == "default"
+        # wait 0 (col 2), group 1 / 2 (col 12), queue 0 (col 14), no executable or partition
+        assert t.logged_wait[0] == 0.0
+        assert (t.label("group", 0), t.label("group", 1), t.label("queue", 0)) == ("1", "2", "0")
+        assert t.label("app", 0) is None and t.label("partition", 0) is None
 
     def test_last_row(self, synthetic: LoadedTrace) -> None:
         # line 960: bert-959_1,259127,0,8631,4,-1,-1,-1,-1,-1,2,84,1,-1,0,-1,-1,-1,1
@@ -202,6 +207,11 @@ class TestHpc2n:
         assert t.users[t.user[0]] == "4"
         assert t.vcs[t.vc[0]] == "DEFAULT"
         assert t.qoses[t.qos[0]] == "normal"
+        # wait 32 (field 3), group 1 (13), no executable (14) or queue (15), partition 1 (16)
+        assert t.logged_wait[0] == 32.0
+        assert (t.label("group", 0), t.label("app", 0), t.label("queue", 0)) == ("1", None, None)
+        assert t.label("partition", 0) == "DEFAULT"
+        assert not t.has_column("app") and not t.has_column("queue")
 
     def test_later_job(self, hpc2n: LoadedTrace) -> None:
         #    14   347226     15  33156    8  33157    -1    8  86400    -1  1   5   1  -1 -1  1 -1 -1
