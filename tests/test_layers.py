@@ -23,8 +23,9 @@ LAYERS: dict[str, int] = {
     "shared.pairwise_sum": 0,
     "shared.presets": 0,
     "shared.telemetry": 0,
-    # 1 data: trace loaders and the seeded workload generator
+    # 1 data: trace loaders, the seeded workload generator, runtime prediction from a trace
     "shared.traces": 1,
+    "shared.prediction": 1,
     "shared.workload": 1,
     # 2 scheduling core: cluster state, binding, node placers, reservations, a schedule
     "shared.scheduling": 2,

@@ -264,7 +264,7 @@ def evaluate_command(
     policies: Annotated[str, typer.Option(help="baselines, comma-separated")] = ",".join(POLICY_NAMES),
     paper: Annotated[bool | None, typer.Option(help="paper setting (default: as trained)")] = None,
     warmup: Annotated[int | None, typer.Option(help="warm-up jobs per window (default: as trained)")] = None,
-    estimates: Annotated[str, typer.Option(help="noisy | history | oracle | trace")] = "noisy",
+    estimates: Annotated[str, typer.Option(help="noisy | history | predicted | oracle | trace")] = "noisy",
     sampled: Annotated[bool, typer.Option(help="also evaluate sampled (non-greedy) orderings")] = True,
     transfer: Annotated[
         str, typer.Option(help="base policies to lay the learned policy over (Table 7)")

@@ -18,8 +18,17 @@ models make the choice explicit and reproducible (seeded):
     ``submit + runtime <= this submit``; with only one, that one), times ``safety``. Users named
     ``unknown`` have no history; then the job's VC is used the same way, and with no finished job
     in the VC either, the ``noisy`` estimate. Only jobs submitted earlier can contribute.
+``predicted``
+    Hylo's runtime predictor (``shared.prediction.predict_runtimes``, default settings): gradient-
+    boosted trees retrained online on the jobs whose logged finish (submit + logged wait + runtime)
+    came before each job's submit, from what is known at submission (user, group, application,
+    queue/partition, request, user estimate, time, the submitter's recent jobs); before its first
+    fit, the user estimate, else ``history`` (by logged finish). It sets *every* job's estimate,
+    user estimates included (they are among its inputs): on HPC2N, filling only missing ones would
+    change nothing. The predictions depend on the trace alone, never on the policy simulated.
 
-Only missing (NaN) estimates are filled, except by ``oracle``. No estimate is ever below 1 s.
+Only missing (NaN) estimates are filled, except by ``oracle`` and ``predicted``. No estimate is
+ever below 1 s.
 """
 
 from __future__ import annotations
@@ -31,15 +40,15 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import JobTable
+from shared.prediction.history import history_estimate
 
 FloatArray = npt.NDArray[np.float64]
-EstimateModel = Literal["oracle", "noisy", "history"]
-ESTIMATE_MODELS: tuple[str, ...] = ("oracle", "noisy", "history")
+EstimateModel = Literal["oracle", "noisy", "history", "predicted"]
+ESTIMATE_MODELS: tuple[str, ...] = ("oracle", "noisy", "history", "predicted")
 MIN_ESTIMATE_S = 1.0
 LOMAX_SHAPE = 1.5
 MAX_FACTOR = 100.0
 DEFAULT_SAFETY = 1.5
-UNKNOWN_USER = "unknown"
 _MIN = 60.0
 _HOUR = 3600.0
 _DAY = 86400.0
@@ -76,37 +85,24 @@ def noisy_estimates(runtime: FloatArray, seed: int) -> FloatArray:
     return round_up_walltime(np.maximum(runtime * factor, MIN_ESTIMATE_S))
 
 
-def _last_two_mean(members: npt.NDArray[np.int64], submit: FloatArray, runtime: FloatArray) -> FloatArray:
-    """For jobs ``members`` (one user or VC): mean runtime of the group's last two finished jobs."""
-    end = submit[members] + runtime[members]
-    order = np.argsort(end, kind="stable")
-    end_sorted = end[order]
-    run_sorted = runtime[members][order]
-    done = np.searchsorted(end_sorted, submit[members], side="right")
-    last = np.where(done >= 1, run_sorted[np.maximum(done - 1, 0)], np.nan)
-    prev = np.where(done >= 2, run_sorted[np.maximum(done - 2, 0)], np.nan)
-    return np.where(done >= 2, (last + prev) / 2.0, last)
-
-
 def history_predictions(table: JobTable, safety: float = DEFAULT_SAFETY) -> FloatArray:
-    """Per-user (then per-VC) predictions; NaN where neither has a finished job yet."""
-    pred = np.full(len(table), np.nan)
-    unknown_users = [k for k, name in enumerate(table.users) if name == UNKNOWN_USER]
-    by_user = ~np.isin(table.user, unknown_users)
-    for codes, mask in ((table.user, by_user), (table.vc, np.ones(len(table), dtype=bool))):
-        for code in np.unique(codes[mask]).tolist():
-            members = np.flatnonzero(mask & (codes == code))
-            values = _last_two_mean(members, table.submit, table.runtime)
-            fill = np.isnan(pred[members])
-            pred[members[fill]] = values[fill]
-    return pred * safety
+    """Per-user (then per-VC) predictions; NaN where neither has a finished job yet.
+
+    A job counts as finished at submit + runtime, at or before the query's submit (the rule this
+    estimate has always had; the predictor's stricter logged-finish rule is in
+    ``shared.prediction.history``).
+    """
+    return history_estimate(table, table.submit + table.runtime, safety, strict=False)
 
 
 def apply_estimates(
     table: JobTable, model: EstimateModel | str, seed: int = 0, *, safety: float = DEFAULT_SAFETY
 ) -> JobTable:
-    """A copy of ``table`` with missing estimates filled by ``model`` (``oracle`` replaces all)."""
+    """A copy of ``table`` with missing estimates filled by ``model`` (``oracle`` and ``predicted``
+    replace all). ``predicted`` raises ``shared.prediction.PredictionError`` (a ``ValueError``)
+    for a table it cannot use."""
     runtime = table.runtime
+    note = ""
     if model == "oracle":
         estimate = runtime.copy()
     elif model == "noisy":
@@ -115,11 +111,16 @@ def apply_estimates(
         guess = history_predictions(table, safety)
         guess = np.where(np.isnan(guess), noisy_estimates(runtime, seed), np.ceil(guess))
         estimate = np.where(np.isnan(table.estimate), guess, table.estimate)
+    elif model == "predicted":
+        from shared.prediction import PredictorSettings, predict_runtimes
+
+        predicted = predict_runtimes(table, PredictorSettings(seed=seed))
+        estimate = np.ceil(predicted.runtime)
+        note = predicted.summary()
     else:
         raise ValueError(f"unknown estimate model {model!r}; models: {', '.join(ESTIMATE_MODELS)}")
-    filled = int(np.isnan(table.estimate).sum()) if model != "oracle" else len(table)
+    filled = int(np.isnan(table.estimate).sum()) if model not in ("oracle", "predicted") else len(table)
     estimate = np.maximum(estimate, MIN_ESTIMATE_S)
-    meta = replace(
-        table.meta, notes=(*table.meta.notes, f"estimates: {model} (seed {seed}) for {filled} jobs")
-    )
+    said = f"estimates: {model} (seed {seed}) for {filled} jobs" + (f": {note}" if note else "")
+    meta = replace(table.meta, notes=(*table.meta.notes, said))
     return replace(table.with_fields(estimate=estimate), meta=meta)
