@@ -63,8 +63,13 @@ class HyloSettings(HyloBaseSettings):
     """Process-wide settings shared by the CLI and the simulator."""
 
     traces_dir: Path = Field(default_factory=_default_traces_dir, description="public traces folder")
-    cache_dir: Path = Field(default_factory=_default_cache_dir, description="parsed-trace cache")
+    cache_dir: Path = Field(
+        default_factory=_default_cache_dir, description="parsed-trace and runtime-prediction cache"
+    )
     trace_cache: bool = Field(default=True, description="cache parsed traces by content hash")
+    prediction_cache: bool = Field(
+        default=True, description="cache runtime predictions (--estimates predicted) by input hash"
+    )
 
 
 @lru_cache(maxsize=1)

@@ -8,7 +8,8 @@ online from the trace itself without ever seeing a job before its logged finish
 predictor and the older ``history`` estimate (``shared.traces.estimates``) use.
 
 Layer: data (1), beside ``shared.traces``, which uses it for ``--estimates predicted``; it imports
-only the domain model (and scikit-learn), never the traces package.
+only the domain model and the settings (and scikit-learn), never the traces package. ``cache``
+keeps each trace's predictions on disk, keyed by a hash of the predictor's inputs.
 """
 
 from shared.prediction.features import Features, submission_features

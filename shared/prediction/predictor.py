@@ -37,15 +37,21 @@ the better predictor, on openb or Lublin-256 the model is.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import JobTable
+from shared.prediction import cache
 from shared.prediction.features import CategoryEncoder, Features, submission_features
 from shared.prediction.history import FloatArray, IntArray, history_estimate, logged_finish
 
+#: part of the prediction cache's key (``shared.prediction.cache``): bump it whenever the model,
+#: its features, the fit schedule or anything else that changes the predictions changes, so that
+#: no stale cached prediction is served
+PREDICTOR_VERSION = 1
 MIN_RUNTIME_S = 1.0
 #: where each prediction came from (``RuntimePredictions.source``)
 SOURCES = ("model", "user estimate", "history", "trace median", "default")
@@ -115,7 +121,9 @@ class RuntimePredictions:
     ``fit_times`` are the times the fits were made (each the logged finish of the last job it
     learned from), ``train_sizes`` their row counts, ``shrink`` the weight each gave its model's
     correction to the reference (``choose_shrink``); ``fit_seconds`` is the total wall time spent
-    fitting, the retraining cost.
+    fitting, the retraining cost. ``cached``: read from the prediction cache
+    (``shared.prediction.cache``), nothing was fitted now; ``fit_seconds`` is then still the cost
+    of the run that fitted them.
     """
 
     runtime: FloatArray
@@ -128,6 +136,7 @@ class RuntimePredictions:
     shrink: FloatArray
     fit_seconds: float
     settings: PredictorSettings = field(default_factory=PredictorSettings)
+    cached: bool = False
 
     @property
     def fits(self) -> int:
@@ -137,7 +146,8 @@ class RuntimePredictions:
         """One line: coverage by source and the retraining cost."""
         counts = np.bincount(self.source, minlength=len(SOURCES))
         parts = ", ".join(f"{SOURCES[i]} {int(c)}" for i, c in enumerate(counts) if c)
-        return f"predicted runtimes ({parts}); {self.fits} fits, {self.fit_seconds:.1f} s fitting"
+        cost = f"{self.fits} fits, {self.fit_seconds:.1f} s fitting"
+        return f"predicted runtimes ({parts}); {cost}{' (cached: none now)' if self.cached else ''}"
 
 
 def _check_table(table: JobTable) -> str:
@@ -291,18 +301,66 @@ def choose_shrink(
     return SHRINK_GRID[int(np.argmin(errors))]
 
 
-def predict_runtimes(table: JobTable, settings: PredictorSettings | None = None) -> RuntimePredictions:
+#: the arrays of ``RuntimePredictions`` a cache entry holds (with ``fit_seconds``)
+_CACHED_ARRAYS = ("runtime", "low", "high", "source", "fit", "fit_times", "train_sizes", "shrink")
+
+
+def _from_entry(
+    entry: dict[str, npt.NDArray[Any]], n: int, settings: PredictorSettings
+) -> RuntimePredictions | None:
+    """The cached predictions, or None when the entry does not fit a table of ``n`` jobs."""
+    per_job = ("runtime", "low", "high", "source", "fit")
+    per_fit = ("fit_times", "train_sizes", "shrink")
+    if any(entry[k].shape != (n,) for k in per_job) or len({entry[k].shape for k in per_fit}) != 1:
+        return None
+    return RuntimePredictions(
+        runtime=entry["runtime"].astype(np.float64),
+        low=entry["low"].astype(np.float64),
+        high=entry["high"].astype(np.float64),
+        source=entry["source"].astype(np.int8),
+        fit=entry["fit"].astype(np.int64),
+        fit_times=entry["fit_times"].astype(np.float64),
+        train_sizes=entry["train_sizes"].astype(np.int64),
+        shrink=entry["shrink"].astype(np.float64),
+        fit_seconds=float(entry["fit_seconds"]),
+        settings=settings,
+        cached=True,
+    )
+
+
+def predict_runtimes(
+    table: JobTable, settings: PredictorSettings | None = None, *, use_cache: bool | None = None
+) -> RuntimePredictions:
     """Predict every job's runtime online (see the module docstring for the rule and schedule).
 
     ``table`` must be sorted by submit time (every loader's table is). Raises ``PredictionError``
     (a ``ValueError``) with one line naming the table for bad settings or unusable times.
+    The result is served from, or written to, the prediction cache (``shared.prediction.cache``)
+    unless ``use_cache`` is False, or None and the ``prediction_cache`` setting is off.
     """
-    import sklearn.ensemble  # noqa: F401  (imported here so that its import is no part of fit cost)
-    from threadpoolctl import threadpool_limits
-
     s = settings or PredictorSettings()
     where = _check_table(table)
     s.check(where)
+    cache_dir = cache.enabled(use_cache)
+    if cache_dir is None:
+        return _predict(table, s)
+    key = cache.cache_key(table, asdict(s), PREDICTOR_VERSION)
+    path = cache.cache_file(cache_dir, key)
+    entry = cache.load_entry(path, key, (*_CACHED_ARRAYS, "fit_seconds"))
+    hit = _from_entry(entry, len(table), s) if entry is not None else None
+    if hit is not None:
+        return hit
+    result = _predict(table, s)
+    arrays = {name: getattr(result, name) for name in _CACHED_ARRAYS}
+    cache.save_entry(path, key, {**arrays, "fit_seconds": np.float64(result.fit_seconds)})
+    return result
+
+
+def _predict(table: JobTable, s: PredictorSettings) -> RuntimePredictions:
+    """``predict_runtimes`` without the cache, on a checked table and settings."""
+    import sklearn.ensemble  # noqa: F401  (imported here so that its import is no part of fit cost)
+    from threadpoolctl import threadpool_limits
+
     n = len(table)
     finish = logged_finish(table)
     fit_times, fit_counts = fit_schedule(finish, s)
