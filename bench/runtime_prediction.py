@@ -129,39 +129,15 @@ def run_trace(label: str, spec: str, warmup: float, max_jobs: int | None, seed: 
     }
 
 
-def _table(results: list[dict[str, Any]]) -> Table:
-    t = Table(title="Runtime prediction: median |log(pred/actual)| and share under-predicted")
-    for col in ("trace", "jobs scored", "method", "MALE", "under", "band cover", "fits", "fit s", "mean w"):
-        t.add_column(col, justify="left" if col in ("trace", "method") else "right")
-    for r in results:
-        for i, (name, m) in enumerate(r["methods"].items()):
-            own = name == "predicted"
-            cover = r["band_coverage"]
-            t.add_row(
-                r["label"] if i == 0 else "",
-                f"{r['scored']:,}" if i == 0 else "",
-                name,
-                f"{m['male']:.2f}",
-                f"{m['under']:.0%}",
-                f"{cover:.0%}" if own and cover is not None else "",
-                str(r["fits"]) if own else "",
-                f"{r['fit_seconds']:.1f}" if own else "",
-                f"{r['shrink_mean']:.2f}" if own and r["shrink_mean"] is not None else "",
-            )
-        t.add_section()
-    return t
-
-
-def _markdown(results: list[dict[str, Any]]) -> str:
-    lines = [
-        "| trace | jobs scored | method | MALE | under | q10-q90 cover | fits | fit s | mean w |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        for i, (name, m) in enumerate(r["methods"].items()):
-            own = name == "predicted"
-            cover = r["band_coverage"]
-            cells = [
+def _cells(r: dict[str, Any]) -> list[list[str]]:
+    """One trace's rows, a row per method: the cells both the console table and Markdown print
+    (the trace and its scored jobs on its first row; the predictor's own columns on its row)."""
+    out = []
+    for i, (name, m) in enumerate(r["methods"].items()):
+        own = name == "predicted"
+        cover = r["band_coverage"]
+        out.append(
+            [
                 r["label"] if i == 0 else "",
                 f"{r['scored']:,}" if i == 0 else "",
                 name,
@@ -172,7 +148,28 @@ def _markdown(results: list[dict[str, Any]]) -> str:
                 f"{r['fit_seconds']:.1f}" if own else "",
                 f"{r['shrink_mean']:.2f}" if own and r["shrink_mean"] is not None else "",
             ]
-            lines.append("| " + " | ".join(cells) + " |")
+        )
+    return out
+
+
+def _table(results: list[dict[str, Any]]) -> Table:
+    t = Table(title="Runtime prediction: median |log(pred/actual)| and share under-predicted")
+    for col in ("trace", "jobs scored", "method", "MALE", "under", "band cover", "fits", "fit s", "mean w"):
+        t.add_column(col, justify="left" if col in ("trace", "method") else "right")
+    for r in results:
+        for cells in _cells(r):
+            t.add_row(*cells)
+        t.add_section()
+    return t
+
+
+def _markdown(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| trace | jobs scored | method | MALE | under | q10-q90 cover | fits | fit s | mean w |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.extend("| " + " | ".join(cells) + " |" for cells in _cells(r))
     return "\n".join(lines)
 
 
