@@ -8,39 +8,7 @@ parsed-trace cache of its own (``HYLO_CACHE_DIR``), so none writes to the user's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+# the trace tests' fixtures, the same here: a fresh cache per test, and the traces folder or a skip
+from tests.traces.conftest import isolated_cache, traces_dir
 
-import pytest
-
-
-def _clear_settings() -> None:
-    from shared.config import get_settings
-
-    get_settings.cache_clear()
-
-
-@pytest.fixture(autouse=True)
-def isolated_cache(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("hylo-cache")
-    monkeypatch.setenv("HYLO_CACHE_DIR", str(cache))
-    monkeypatch.delenv("HYLO_TRACE_CACHE", raising=False)
-    _clear_settings()
-    yield cache
-    _clear_settings()
-
-
-@pytest.fixture(scope="session")
-def traces_dir() -> Path:
-    from shared.config import get_settings
-
-    get_settings.cache_clear()
-    folder = get_settings().traces_dir
-    if not folder.is_dir():
-        pytest.skip(
-            f"public traces folder {folder} does not exist: set HYLO_TRACES_DIR "
-            "(see docs/traces.md for where each trace can be obtained)"
-        )
-    return folder
+__all__ = ["isolated_cache", "traces_dir"]
