@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     # 0 base: configuration, the domain model (jobs, cluster specs), numeric helpers, tracing
     "shared.config": 0,
     "shared.domain": 0,
+    "shared.npz_files": 0,
     "shared.pairwise_sum": 0,
     "shared.presets": 0,
     "shared.telemetry": 0,

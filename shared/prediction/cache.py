@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from importlib import metadata
@@ -32,6 +30,7 @@ import numpy.typing as npt
 
 from shared.config import get_settings
 from shared.domain.jobs import JobTable
+from shared.npz_files import save_npz_atomic
 
 CACHE_FORMAT = 1
 SUBDIR = "predictions"
@@ -102,17 +101,7 @@ def enabled(use_cache: bool | None) -> Path | None:
 def save_entry(target: Path, key: str, arrays: Mapping[str, npt.ArrayLike]) -> None:
     """Write atomically; an unwritable cache only warns (the predictions are still returned)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-        payload: dict[str, Any] = {name: np.asarray(values) for name, values in arrays.items()}
-        payload[_KEY] = np.asarray(key)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **payload)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_npz_atomic(target, {**arrays, _KEY: np.asarray(key)})
     except OSError as err:
         warnings.warn(f"prediction cache not written ({target}): {err}", RuntimeWarning, stacklevel=2)
 

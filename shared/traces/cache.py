@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -25,6 +23,7 @@ import numpy as np
 
 from shared.config import get_settings
 from shared.domain.jobs import NUMERIC_FIELDS, OPTIONAL_CODE_TABLES, OPTIONAL_FIELDS, JobTable, TraceMeta
+from shared.npz_files import save_npz_atomic
 from shared.traces.model import Exclusion, LoadedTrace
 from shared.traces.reading import file_sha256
 
@@ -68,15 +67,7 @@ def save_entry(target: Path, loaded: LoadedTrace) -> None:
     arrays: dict[str, Any] = {name: getattr(table, name) for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS)}
     arrays["ids"] = table.ids
     arrays[_JSON_KEY] = np.asarray(json.dumps(doc))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_npz_atomic(target, arrays)
 
 
 def load_entry(source: Path, path: Path) -> LoadedTrace | None:
