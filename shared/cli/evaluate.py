@@ -24,7 +24,7 @@ from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import FeatureSchema
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
-from shared.policies import POLICY_NAMES
+from shared.policies import POLICY_NAMES, baseline_names, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
 from shared.rl.setup import RunSetup, load_runner, load_trained, trained_load_definition
@@ -110,7 +110,7 @@ def _run_setup(
 
 
 def _load(
-    trace: str | None, cluster: str | None, info: TrainingInfo, setup: RunSetup
+    trace: str | None, cluster: str | None, info: TrainingInfo, setup: RunSetup, *, predictions: bool
 ) -> tuple[PreparedWorkload, EpisodeRunner]:
     """The workload and its episode runner: the trace and cluster given, or else the trained ones
     (the trained cluster only with the trained trace)."""
@@ -120,7 +120,7 @@ def _load(
     try:
         cluster_arg = info.extra.get("cluster_arg")
         trained_cluster = cluster_arg if isinstance(cluster_arg, str) and trace is None else None
-        return load_runner(trace_name, cluster or trained_cluster, setup)
+        return load_runner(trace_name, cluster or trained_cluster, setup, predictions=predictions)
     except (TraceFormatError, TraceNotFoundError, ValueError) as err:
         raise fail(str(err)) from None
 
@@ -317,7 +317,7 @@ def evaluate_command(
         load_definition=load_definition,
     )
     t0 = time.perf_counter()
-    work, runner = _load(trace, cluster, info, setup)
+    work, runner = _load(trace, cluster, info, setup, predictions=needs_predictions(names))
     frac_default = extra.get("train_fraction")
     frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
     test, chosen = _held_out_windows(len(work.bound.jobs), frac, size, windows, seed, overlap)
@@ -330,8 +330,12 @@ def evaluate_command(
         metrics=METRICS,
         seed=seed,
         title=f"learned ({info.base_policy}, {info.metric}) on {work.name}, held-out",
+        baselines=[n for n in names if n in baseline_names()],
     )
     console.print(comparison.table(compact=True))
+    best = comparison.best_table([p for p in labels if p not in names])
+    if best is not None:
+        console.print(best)
     report = comparison.to_dict()
     transfer_rows = _transfer_rows(per, bases, seed)
     _print_transfer(transfer_rows, info.base_policy)

@@ -22,7 +22,7 @@ from shared.domain.cluster import SpecError
 from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, offered_load
 from shared.features import FeatureSampler
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
-from shared.policies import POLICY_NAMES, make_policy
+from shared.policies import POLICY_NAMES, baseline_names, make_policy, needs_predictions
 from shared.policies.base import Policy
 from shared.scheduling.result import SimResult
 from shared.sim.config import SimConfig
@@ -49,6 +49,7 @@ def _load(
     node_slack: int,
     load: float | None = None,
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
+    predictions: bool = False,
 ) -> PreparedWorkload:
     from shared.traces import TraceFormatError, TraceNotFoundError
 
@@ -62,6 +63,7 @@ def _load(
             node_slack=node_slack,
             target_load=load,
             load_definition=load_definition,
+            predictions=predictions,
         )
     except (TraceFormatError, TraceNotFoundError, SpecError, ValueError) as err:
         raise fail(str(err)) from None
@@ -208,11 +210,12 @@ def _load_and_describe(
     node_slack: int,
     load: float | None,
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
+    predictions: bool = False,
 ) -> PreparedWorkload:
     """``_load`` under a status line, then what was loaded and what was left out of it."""
     t0 = time.perf_counter()
-    with console.status("loading workload"):
-        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load, load_definition)
+    with console.status("loading workload" + (" and predicting runtimes" if predictions else "")):
+        work = _load(trace, cluster, jobs, seed, estimates, node_slack, load, load_definition, predictions)
     spec = work.spec
     console.print(
         f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
@@ -398,7 +401,8 @@ def simulate_command(
         baseline=baseline,
     )
     definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
-    work = _load_and_describe(trace, cluster, jobs, seed, estimates, node_slack, load, definition)
+    predicted = needs_predictions(p for p in plan.names if p in POLICY_NAMES)
+    work = _load_and_describe(trace, cluster, jobs, seed, estimates, node_slack, load, definition, predicted)
     chosen = _choose_windows(len(work.bound.jobs), split, window_size, windows, seed)
     config = plan.config
     console.print(
@@ -407,10 +411,19 @@ def simulate_command(
         f"warm-up={'one continuous run' if plan.warmup is None else f'{plan.warmup} jobs per window'}"
     )
     per_policy, runs = _run_placements(work, plan, chosen)
+    admin = set(baseline_names())
     comparison = PolicyComparison(
-        per_policy, baseline=baseline or plan.rows[0], seed=seed, title=f"{work.name} on {work.spec.name}"
+        per_policy,
+        baseline=baseline or plan.rows[0],
+        seed=seed,
+        title=f"{work.name} on {work.spec.name}",
+        baselines=[] if plan.ablation else [p for p in plan.rows if p in admin],
     )
     console.print(comparison.table(compact=True))
+    others = [p for p in plan.rows if p not in comparison.baselines]
+    best = comparison.best_table(others) if others and comparison.baselines else None
+    if best is not None:
+        console.print(best)
     offered = window_offered_loads(work, chosen, warmup=plan.warmup)
     console.print(comparison.load_table(offered))
     report = comparison.to_dict()

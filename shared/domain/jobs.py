@@ -19,7 +19,9 @@ Besides the fields every job has (``NUMERIC_FIELDS``), a table holds optional co
 are separate: the scheduler never needs them, but a runtime predictor (``shared.prediction``) learns
 from them, and a trace that lacks one must say "not given" rather than invent a value. A missing
 value is ``UNKNOWN`` (-1) in a code column and NaN in ``logged_wait``; a loader that has no such
-column leaves it out and the table fills it with that marker.
+column leaves it out and the table fills it with that marker. Three optional columns are derived,
+not loaded (``DERIVED_FIELDS``): the runtime predictor's prediction and its band, which
+predictor-based policies (``sjf-pred``, ``small-first``, ...) order by.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ OPTIONAL_FIELDS: dict[str, tuple[type[np.generic], float]] = {
     "queue": (np.int64, UNKNOWN),  # the trace's queue, index into JobTable.queues
     "partition": (np.int64, UNKNOWN),  # the trace's partition, index into JobTable.partitions
     "logged_wait": (np.float64, np.nan),  # wait logged in the trace (s), NaN = not in the trace
+    "predicted": (np.float64, np.nan),  # predicted runtime (s), shared.prediction; NaN = none
+    "predicted_lo": (np.float64, np.nan),  # low end of the prediction's band (s)
+    "predicted_hi": (np.float64, np.nan),  # high end of the prediction's band (s)
 }
+#: optional columns that no trace loader fills: ``shared.prediction.attach_predictions`` computes
+#: them from the trace (online, leak-free), so the trace cache does not store them
+DERIVED_FIELDS: tuple[str, ...] = ("predicted", "predicted_lo", "predicted_hi")
 OPTIONAL_CODE_TABLES: dict[str, str] = {
     "group": "groups",
     "app": "apps",
@@ -123,6 +131,9 @@ class JobTable:
     queue: IntArray = field(default_factory=_not_given_int)
     partition: IntArray = field(default_factory=_not_given_int)
     logged_wait: FloatArray = field(default_factory=_not_given_float)
+    predicted: FloatArray = field(default_factory=_not_given_float)
+    predicted_lo: FloatArray = field(default_factory=_not_given_float)
+    predicted_hi: FloatArray = field(default_factory=_not_given_float)
     groups: list[str] = field(default_factory=list)
     apps: list[str] = field(default_factory=list)
     queues: list[str] = field(default_factory=list)

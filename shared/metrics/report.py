@@ -62,6 +62,12 @@ class PolicyComparison:
     labels (``summarize_window`` sets them from a ``Window``), mismatches are rejected, since an
     unpaired comparison would silently compare different workloads. ``baseline`` (default: the
     first policy) is the reference for the relative columns.
+
+    ``baselines`` names the policies a careful admin could run instead (every non-clairvoyant
+    base policy, the predictor-based ones included): per metric, the best of them by its mean
+    over the windows is "the best baseline" (``best_baseline``), and ``vs_best`` compares any
+    other policy with it, paired, so a learned policy is judged against the strongest
+    alternative and not only against the one it was trained over.
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class PolicyComparison:
         ci: float = DEFAULT_CI,
         seed: int = 0,
         title: str = "Policy comparison",
+        baselines: Sequence[str] = (),
     ) -> None:
         if not windows:
             raise ValueError("PolicyComparison needs at least one policy")
@@ -92,8 +99,12 @@ class PolicyComparison:
         self.ci = ci
         self.seed = seed
         self.title = title
+        unknown = [b for b in baselines if b not in self.windows]
+        if unknown:
+            raise KeyError(f"baselines {unknown} are not among {self.policies}")
+        self.baselines: list[str] = list(baselines)
         self._ci_cache: dict[tuple[str, str], BootstrapCI] = {}
-        self._diff_cache: dict[tuple[str, str], PairedDifference] = {}
+        self._diff_cache: dict[tuple[str, str, str], PairedDifference] = {}
 
     def _check_labels(self) -> None:
         reference_policy, reference = next(iter(self.windows.items()))
@@ -133,11 +144,15 @@ class PolicyComparison:
         """Paired comparison of ``policy`` against the baseline (None for the baseline itself)."""
         if policy == self.baseline:
             return None
-        key = (metric, policy)
+        return self.paired(metric, policy, self.baseline)
+
+    def paired(self, metric: str, policy: str, reference: str) -> PairedDifference:
+        """Paired comparison of ``policy`` against ``reference`` over the windows (cached)."""
+        key = (metric, policy, reference)
         if key not in self._diff_cache:
             spec = get_spec(metric)
             a = extract(spec, self.windows[policy])
-            b = extract(spec, self.windows[self.baseline])
+            b = extract(spec, self.windows[reference])
             if (np.isnan(a) | np.isnan(b)).all():
                 self._diff_cache[key] = PairedDifference.no_data(spec.lower_is_better, self.ci, len(a))
             else:
@@ -145,6 +160,35 @@ class PolicyComparison:
                     a, b, lower_is_better=spec.lower_is_better, n_boot=self.n_boot, ci=self.ci, seed=self.seed
                 )
         return self._diff_cache[key]
+
+    def best_baseline(self, metric: str) -> str | None:
+        """The baseline (of ``baselines``) with the best mean of ``metric`` over the windows; ties
+        go to the one listed first; None without baselines or data."""
+        spec = get_spec(metric)
+        best: tuple[float, str] | None = None
+        for name in self.baselines:
+            mean = self.summary(metric, name).mean
+            if math.isnan(mean):
+                continue
+            score = mean if spec.lower_is_better else -mean
+            if best is None or score < best[0]:
+                best = (score, name)
+        return None if best is None else best[1]
+
+    def vs_best(self, metric: str, policy: str) -> PairedDifference | None:
+        """Paired comparison of ``policy`` against the best baseline of ``metric`` (None when
+        there is none, or ``policy`` is it)."""
+        best = self.best_baseline(metric)
+        if best is None or best == policy:
+            return None
+        return self.paired(metric, policy, best)
+
+    def no_wait_share(self, policy: str) -> float:
+        """Share of the windows in which no job waited under ``policy`` (every job started on
+        arrival): there, no order could have done better, so a gain can only come from the
+        other windows. Reported beside every comparison (issue 19, item 4)."""
+        waited = [w.wait_s.mean > 0 or w.n_unstarted > 0 for w in self.windows[policy]]
+        return 1.0 - float(np.mean(waited))
 
     def _totals(self, policy: str) -> dict[str, int]:
         wins = self.windows[policy]
@@ -171,7 +215,8 @@ class PolicyComparison:
             caption=(
                 f"mean over {self.n_windows} windows [{pct}% bootstrap CI, {self.n_boot} resamples]; "
                 f"{'lines 3-4' if compact else f'vs {self.baseline}'} = relative improvement over "
-                f"{self.baseline}, positive = better; ↓/↑: lower/higher is better"
+                f"{self.baseline}, positive = better; ↓/↑: lower/higher is better; no wait: share "
+                "of windows in which no job waited"
             ),
         )
         table.add_column("Policy", style="bold")
@@ -186,11 +231,17 @@ class PolicyComparison:
             table.add_column(header, justify="right")
             if not compact:
                 table.add_column(f"vs\n{self.baseline}", justify="right")
+        if not compact:
+            table.add_column("No-wait\nwindows", justify="right")
         table.add_column("Unfinished\njobs", justify="right")
         table.add_column("Excluded\njobs", justify="right")
 
         for policy in self.policies:
-            cells: list[str | Text] = [policy]
+            no_wait = f"{self.no_wait_share(policy):.0%}"
+            name = Text(policy, style="bold")
+            if compact:  # under the name, so that the table keeps its width
+                name.append(f"\nno wait {no_wait}", style="dim")
+            cells: list[str | Text] = [name]
             for spec in self.specs:
                 value = self._value_cell(self.summary(spec.key, policy), *units[spec.key])
                 gain = self._gain_cell(self.vs_baseline(spec.key, policy))
@@ -199,10 +250,33 @@ class PolicyComparison:
                 else:
                     cells.extend([value, gain])
             totals = self._totals(policy)
+            if not compact:
+                cells.append(no_wait)
             unfinished = f"{totals['n_unfinished']} / {totals['n_jobs']}"
             cells.append(Text(unfinished, style="bold red" if totals["n_unfinished"] else ""))
             cells.append(str(totals["excluded"]))
             table.add_row(*cells)
+        return table
+
+    def best_table(self, policies: Sequence[str]) -> Table | None:
+        """``policies`` (e.g. the learned rows) against the best baseline of each metric: its
+        name, and each policy's relative gain [CI] over it, paired; None without baselines."""
+        if not self.baselines:
+            return None
+        pct = round(self.ci * 100)
+        table = Table(
+            title="Against the best baseline of each metric",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            caption=f"best of {', '.join(self.baselines)} by the mean over {self.n_windows} windows; "
+            f"relative improvement over it [{pct}% paired bootstrap CI], positive = better",
+        )
+        table.add_column("Policy", style="bold")
+        for spec in self.specs:
+            best = self.best_baseline(spec.key)
+            table.add_column(f"{spec.short}\nvs {best or 'n/a'}", justify="right")
+        for policy in policies:
+            table.add_row(policy, *[self._gain_cell(self.vs_best(spec.key, policy)) for spec in self.specs])
         return table
 
     def load_table(self, offered: Sequence[float] | None = None) -> Table:
@@ -284,15 +358,21 @@ class PolicyComparison:
                     "values": extract(spec, self.windows[policy]).tolist(),
                     "vs_baseline": diff.to_dict() if diff is not None else None,
                 }
+                best = self.vs_best(spec.key, policy)
+                if best is not None:
+                    metrics[spec.key]["vs_best_baseline"] = best.to_dict()
             policies[policy] = {
                 "totals": self._totals(policy),
                 "metrics": metrics,
                 "load": {k: self.summary(k, policy).to_dict() for k in LOAD_METRICS},
+                "no_wait_share": self.no_wait_share(policy),
                 "windows": [w.to_json_dict() for w in self.windows[policy]],
             }
         out = {
             "title": self.title,
             "baseline": self.baseline,
+            "baselines": self.baselines,
+            "best_baseline": {s.key: self.best_baseline(s.key) for s in self.specs},
             "n_windows": self.n_windows,
             "window_labels": [w.label for w in self.windows[self.baseline]],
             "ci": self.ci,

@@ -1,6 +1,14 @@
 """Base scheduling policies: each turns the queued jobs into sort keys, vectorized over the queue."""
 
-from shared.policies.base import Policy, PolicyContext
-from shared.policies.registry import POLICY_NAMES, make_policy
+from shared.policies.base import MissingPredictionsError, Policy, PolicyContext
+from shared.policies.registry import POLICY_NAMES, baseline_names, make_policy, needs_predictions
 
-__all__ = ["POLICY_NAMES", "Policy", "PolicyContext", "make_policy"]
+__all__ = [
+    "POLICY_NAMES",
+    "MissingPredictionsError",
+    "Policy",
+    "PolicyContext",
+    "baseline_names",
+    "make_policy",
+    "needs_predictions",
+]

@@ -66,9 +66,14 @@ class Policy(ABC):
     #: keys read the true runtimes (``sjf-oracle``): a clairvoyant policy for studies, which no
     #: production scheduler can compute (no snapshot carries true runtimes)
     clairvoyant: bool = False
+    #: the runtimes ``ctx.estimate`` holds for this policy: ``"estimate"`` (what the scheduler
+    #: plans and backfills with) or ``"predicted"`` (the runtime predictor's, the jobs'
+    #: ``predicted`` column: ``sjf-pred`` and the like order by them while EASY still reserves
+    #: with the estimates, the Helios QSSF idea)
+    runtimes: str = "estimate"
 
     def bind(self, ctx: PolicyContext) -> None:
-        self.ctx = ctx
+        self.ctx = ctx if self.runtimes == "estimate" else predicted_context(ctx, self.name)
 
     @abstractmethod
     def keys(self, idx: IntArray, now: float) -> FloatArray:
@@ -76,6 +81,26 @@ class Policy(ABC):
 
     def describe(self) -> str:
         return self.name
+
+
+class MissingPredictionsError(ValueError):
+    """A predictor-based policy bound to jobs without runtime predictions."""
+
+
+def predicted_context(ctx: PolicyContext, policy: str) -> PolicyContext:
+    """``ctx`` with the jobs' predicted runtimes in place of the estimates (``Policy.runtimes``).
+
+    Raises ``MissingPredictionsError`` naming the policy when some job has no prediction: the
+    workload must be prepared with them (``shared.prediction.attach_predictions``;
+    ``prepare_workload(predictions=True)``), never silently fall back to the estimates."""
+    predicted = ctx.workload.jobs.predicted
+    missing = int(np.count_nonzero(~np.isfinite(predicted)))
+    if missing:
+        raise MissingPredictionsError(
+            f"policy {policy} orders by predicted runtimes, but {missing} of {len(predicted)} jobs have "
+            "none: prepare the workload with runtime predictions (shared.prediction.attach_predictions)"
+        )
+    return PolicyContext(workload=ctx.workload, estimate=predicted, capacity_gpus=ctx.capacity_gpus)
 
 
 def nondecreasing_within(classes: IntArray, keys: FloatArray) -> bool:

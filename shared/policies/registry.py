@@ -9,11 +9,12 @@ snapshot form), the property tests and benchmarks that sample ``POLICY_NAMES``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from shared.policies.base import Policy
 from shared.policies.classic import F1, FCFS, SJF, UNICEP, WFP3
 from shared.policies.multifactor import SlurmMultifactor
+from shared.policies.predicted import SmallFirst, on_predictions
 
 PolicyFactory = Callable[[], Policy]
 
@@ -40,6 +41,12 @@ register("wfp3", WFP3)
 register("unicep", UNICEP)
 register("f1", F1)
 register("multifactor", SlurmMultifactor)
+# the same orders on predicted runtimes, and the online small/large split (``predicted.py``)
+register("sjf-pred", lambda: on_predictions(SJF()))
+register("wfp3-pred", lambda: on_predictions(WFP3()))
+register("unicep-pred", lambda: on_predictions(UNICEP()))
+register("f1-pred", lambda: on_predictions(F1()))
+register("small-first", SmallFirst)
 
 #: the policies registered above, in that order (``policy_names`` adds any registered later)
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
@@ -48,6 +55,18 @@ POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 def policy_names() -> tuple[str, ...]:
     """Every registered name, in registration order."""
     return tuple(_FACTORIES)
+
+
+def needs_predictions(names: Iterable[str]) -> bool:
+    """Whether any of the registered policies ``names`` orders by predicted runtimes, so that
+    the workload must be prepared with them (``prepare_workload(predictions=True)``)."""
+    return any(make_policy(name).runtimes == "predicted" for name in names)
+
+
+def baseline_names() -> tuple[str, ...]:
+    """The registered policies a careful admin could run: every one but the clairvoyant (the
+    "best baseline" of an evaluation is the best of these)."""
+    return tuple(name for name in _FACTORIES if not make_policy(name).clairvoyant)
 
 
 def make_policy(name: str) -> Policy:

@@ -6,7 +6,9 @@ service only has a ``QueueSnapshot``. Each policy class writes its snapshot form
 ``keys`` (``snapshot_keys``, the ``SnapshotForm`` capability), from the same formula function; this
 module finds the class by name through the registry and refuses what a snapshot cannot give:
 
-- a policy with no snapshot form, or a clairvoyant one (``sjf-oracle`` needs true runtimes);
+- a policy with no snapshot form, or a clairvoyant one (``sjf-oracle`` needs true runtimes), or
+  one that orders by predicted runtimes (``sjf-pred``, ``small-first``: a snapshot carries
+  estimates only);
 - ``f1`` uses submit times since the trace start; here since ``f1_origin_s`` on the cluster clock
   (default 0, which is the trace start for the simulated adapter, whose clock starts there);
 - ``multifactor`` needs the cluster spec, and has no user's usage (``shared.policies.multifactor``).
@@ -59,6 +61,8 @@ def _form(name: str) -> SnapshotForm:
     policy = make_policy(name)
     if policy.clairvoyant:
         raise SnapshotPolicyError(f"{name} needs true runtimes, which a snapshot does not carry")
+    if policy.runtimes != "estimate":
+        raise SnapshotPolicyError(f"{name} orders by predicted runtimes, which a snapshot does not carry")
     if not isinstance(policy, SnapshotForm):
         raise SnapshotPolicyError(f"base policy {name!r} has no snapshot form (snapshot_keys)")
     return policy
@@ -70,7 +74,7 @@ def snapshot_policies() -> tuple[str, ...]:
 
 
 def _computable(policy: Policy) -> bool:
-    return not policy.clairvoyant and isinstance(policy, SnapshotForm)
+    return not policy.clairvoyant and policy.runtimes == "estimate" and isinstance(policy, SnapshotForm)
 
 
 #: the base policies computable from a snapshot (``multifactor`` needs the cluster spec): those

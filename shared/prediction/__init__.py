@@ -12,6 +12,7 @@ only the domain model and the settings (and scikit-learn), never the traces pack
 keeps each trace's predictions on disk, keyed by a hash of the predictor's inputs.
 """
 
+from shared.prediction.attach import attach_predictions, has_predictions
 from shared.prediction.features import Features, submission_features
 from shared.prediction.history import history_estimate, logged_finish, recent_finished
 from shared.prediction.predictor import (
@@ -29,7 +30,9 @@ __all__ = [
     "PredictionError",
     "PredictorSettings",
     "RuntimePredictions",
+    "attach_predictions",
     "fit_schedule",
+    "has_predictions",
     "history_estimate",
     "logged_finish",
     "predict_runtimes",

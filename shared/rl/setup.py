@@ -31,6 +31,7 @@ from shared.model import (
     load_checkpoint,
     read_card,
 )
+from shared.policies import needs_predictions
 from shared.rl.episodes import EpisodeRunner, EpisodeSettings
 from shared.rl.reward import RewardSpec
 from shared.sim.config import SimConfig
@@ -71,9 +72,10 @@ class RunSetup:
 
 
 def load_runner(
-    trace: str | None, cluster: str | None, setup: RunSetup
+    trace: str | None, cluster: str | None, setup: RunSetup, *, predictions: bool = False
 ) -> tuple[PreparedWorkload, EpisodeRunner]:
-    """Load and bind the trace, and the episode runner over it."""
+    """Load and bind the trace, and the episode runner over it; with the runtime predictions
+    when ``predictions`` (baselines that need them) or the base policy orders by them."""
     work = prepare_workload(
         trace,
         cluster,
@@ -82,6 +84,7 @@ def load_runner(
         estimates=setup.estimates,
         target_load=setup.target_load,
         load_definition=setup.load_definition,
+        predictions=predictions or needs_predictions([setup.base_policy]),
     )
     return work, EpisodeRunner(work.bound, setup.episode_settings(), work.exclusions)
 

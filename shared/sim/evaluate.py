@@ -72,8 +72,13 @@ def prepare_workload(
     node_slack: int = 0,
     target_load: float | None = None,
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION,
+    predictions: bool = False,
 ) -> PreparedWorkload:
     """Load a trace (or generate the embedded workload), fill estimates, bind it to a cluster.
+
+    ``predictions`` attaches the runtime predictor's predictions (``attach_predictions``; always
+    with ``estimates="predicted"``), computed on the trace as loaded, before the estimate model
+    fills anything in: predictor-based policies (``needs_predictions``) need them.
 
     ``target_load`` rescales the arrival times (see ``rescale_arrivals``) so that the workload
     offers that load to the cluster under ``load_definition`` (``shared.domain.load``): a
@@ -98,6 +103,10 @@ def prepare_workload(
             )
         spec = load_cluster_spec(cluster_name)
         name = table.meta.name
+    if predictions or estimates == "predicted":
+        from shared.prediction import PredictorSettings, attach_predictions
+
+        table = attach_predictions(table, PredictorSettings(seed=seed))
     if estimates != "trace":
         table = apply_estimates(table, "noisy" if estimates == "oracle" else estimates, seed)
     if target_load is not None:

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from shared.config import get_settings
-from shared.domain.jobs import NUMERIC_FIELDS, OPTIONAL_CODE_TABLES, OPTIONAL_FIELDS, JobTable, TraceMeta
+from shared.domain.jobs import (
+    DERIVED_FIELDS,
+    NUMERIC_FIELDS,
+    OPTIONAL_CODE_TABLES,
+    OPTIONAL_FIELDS,
+    JobTable,
+    TraceMeta,
+)
 from shared.npz_files import save_npz_atomic
 from shared.traces.model import Exclusion, LoadedTrace
 from shared.traces.reading import file_sha256
@@ -64,7 +71,9 @@ def save_entry(target: Path, loaded: LoadedTrace) -> None:
         "exclusions": [asdict(e) for e in loaded.exclusions],
         "loader": loaded.loader,
     }
-    arrays: dict[str, Any] = {name: getattr(table, name) for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS)}
+    # the derived columns (predictions) are not the trace's: the loaded table never has them
+    stored = [name for name in (*NUMERIC_FIELDS, *OPTIONAL_FIELDS) if name not in DERIVED_FIELDS]
+    arrays: dict[str, Any] = {name: getattr(table, name) for name in stored}
     arrays["ids"] = table.ids
     arrays[_JSON_KEY] = np.asarray(json.dumps(doc))
     save_npz_atomic(target, arrays)
@@ -79,7 +88,11 @@ def load_entry(source: Path, path: Path) -> LoadedTrace | None:
             doc = json.loads(str(npz[_JSON_KEY][()]))
             fields = {name: np.asarray(npz[name], dtype=dtype) for name, dtype in NUMERIC_FIELDS.items()}
             fields.update(
-                {name: np.asarray(npz[name], dtype=dt) for name, (dt, _) in OPTIONAL_FIELDS.items()}
+                {
+                    name: np.asarray(npz[name], dtype=dt)
+                    for name, (dt, _) in OPTIONAL_FIELDS.items()
+                    if name not in DERIVED_FIELDS
+                }
             )
             ids = np.asarray(npz["ids"])
         meta = dict(doc["meta"])

@@ -112,11 +112,15 @@ def apply_estimates(
         guess = np.where(np.isnan(guess), noisy_estimates(runtime, seed), np.ceil(guess))
         estimate = np.where(np.isnan(table.estimate), guess, table.estimate)
     elif model == "predicted":
-        from shared.prediction import PredictorSettings, predict_runtimes
+        from shared.prediction import PredictorSettings, has_predictions, predict_runtimes
 
-        predicted = predict_runtimes(table, PredictorSettings(seed=seed))
-        estimate = np.ceil(predicted.runtime)
-        note = predicted.summary()
+        if has_predictions(table):  # attached before (``attach_predictions``): the same values
+            estimate = np.ceil(table.predicted)
+            note = "the attached runtime predictions"
+        else:
+            predicted = predict_runtimes(table, PredictorSettings(seed=seed))
+            estimate = np.ceil(predicted.runtime)
+            note = predicted.summary()
     else:
         raise ValueError(f"unknown estimate model {model!r}; models: {', '.join(ESTIMATE_MODELS)}")
     filled = int(np.isnan(table.estimate).sum()) if model not in ("oracle", "predicted") else len(table)

@@ -255,3 +255,47 @@ def test_load_table_puts_the_offered_load_beside_utilization(three_jobs: SimResu
     assert "every job" in text and "started on arrival" in text  # the caption says what it is
     with pytest.raises(ValueError, match="2 offered loads for 1 windows"):
         cmp.load_table([0.6, 0.7])
+
+
+def test_best_baseline_is_the_best_mean_among_the_baselines_only() -> None:
+    """SJF has the lowest wait of the baselines; 'random' is not one, so it is never the best.
+    Against SJF, FCFS's wait is worse by 1/0.8 - 1 = 25% (lower is better: gain -25%)."""
+    cmp = make_comparison(baselines=["fcfs", "sjf"])
+    assert cmp.best_baseline("wait_mean") == "sjf"
+    assert cmp.best_baseline("utilization") == "sjf"  # 0.75 > 0.7, higher is better
+    assert cmp.vs_best("wait_mean", "sjf") is None
+    diff = cmp.vs_best("wait_mean", "fcfs")
+    assert diff is not None
+    assert diff.rel_improvement == pytest.approx(-0.25)
+    assert diff.rel_high < 0
+    only_fcfs = make_comparison(baselines=["fcfs"])
+    assert only_fcfs.best_baseline("wait_mean") == "fcfs"
+    assert make_comparison().best_baseline("wait_mean") is None
+    with pytest.raises(KeyError, match="baselines"):
+        make_comparison(baselines=["lifo"])
+
+
+def test_best_table_and_json_name_the_best_baseline() -> None:
+    cmp = make_comparison(baselines=["fcfs", "sjf"])
+    table = cmp.best_table(["random"])
+    assert table is not None
+    text = render(table)
+    assert "vs sjf" in text and "random" in text
+    doc = cmp.to_dict()
+    assert doc["best_baseline"]["wait_mean"] == "sjf"
+    gain = doc["policies"]["random"]["metrics"]["wait_mean"]["vs_best_baseline"]["rel_improvement"]
+    assert gain == pytest.approx(1 - 1.3 / 0.8)
+    assert "vs_best_baseline" not in doc["policies"]["sjf"]["metrics"]["wait_mean"]
+    assert make_comparison().best_table(["random"]) is None
+
+
+def test_no_wait_share_counts_windows_where_every_job_started_on_arrival() -> None:
+    labels = ["a", "b", "c", "d"]
+    quiet = [fake_window(lbl, 0.0, 0.5) for lbl in labels[:3]] + [fake_window("d", 100.0, 0.5)]
+    cut = [fake_window(lbl, 0.0, 0.5, unfinished=1 if lbl == "a" else 0) for lbl in labels]
+    cmp = PolicyComparison({"x": quiet, "y": cut})
+    assert cmp.no_wait_share("x") == pytest.approx(0.75)
+    assert cmp.no_wait_share("y") == pytest.approx(0.75)  # an unstarted job waited
+    assert "75%" in render(cmp.table())
+    assert "no wait 75%" in render(cmp.table(compact=True))
+    assert cmp.to_dict()["policies"]["x"]["no_wait_share"] == pytest.approx(0.75)

@@ -71,13 +71,26 @@ def order(keys: np.ndarray) -> list[int]:
 
 
 def test_registry() -> None:
-    assert set(POLICY_NAMES) == {"fcfs", "sjf", "sjf-oracle", "wfp3", "unicep", "f1", "multifactor"}
+    assert set(POLICY_NAMES) == {
+        "fcfs",
+        "sjf",
+        "sjf-oracle",
+        "wfp3",
+        "unicep",
+        "f1",
+        "multifactor",
+        "sjf-pred",
+        "wfp3-pred",
+        "unicep-pred",
+        "f1-pred",
+        "small-first",
+    }
     for name in POLICY_NAMES:
         assert make_policy(name).name == name
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("lifo")
     dynamic = {n for n in POLICY_NAMES if make_policy(n).dynamic}
-    assert dynamic == {"wfp3", "unicep", "multifactor"}
+    assert dynamic == {"wfp3", "unicep", "multifactor", "wfp3-pred", "unicep-pred"}
     assert {n for n in POLICY_NAMES if isinstance(make_policy(n), TracksJobs)} == {"multifactor"}
 
 

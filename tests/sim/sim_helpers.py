@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
+from shared.domain.jobs import JobTable
 
 
 def one_group_spec(count: int, gpus: int, cpus: int = 64, mem_gib: int = 512) -> ClusterSpec:
@@ -16,3 +19,14 @@ def one_group_spec(count: int, gpus: int, cpus: int = 64, mem_gib: int = 512) ->
         },
         "t",
     )
+
+
+def predictable(jobs: JobTable, seed: int = 0) -> JobTable:
+    """``jobs`` with runtime predictions (``predicted`` and its band) that are off from the true
+    runtime by a seeded factor between 1/2.8 and 2.8 (some under, some over), so that tests that
+    sample every registered policy also run the predictor-based ones (``sjf-pred``, ...), whose
+    orders differ from both the estimate-based and the clairvoyant ones."""
+    rng = np.random.default_rng(seed + len(jobs))
+    factor = 2.0 ** rng.uniform(-1.5, 1.5, len(jobs))
+    predicted = np.maximum(np.round(jobs.runtime * factor), 1.0)
+    return jobs.with_fields(predicted=predicted, predicted_lo=predicted / 3.0, predicted_hi=predicted * 3.0)

@@ -22,7 +22,7 @@ from shared.sim.applied import RefusedStart, SimulatorDecider, run_applied
 from shared.sim.config import SimConfig
 from shared.sim.cycle_on import PendingRequest, RunningAt, cycle_on
 from shared.sim.simulator import Simulator
-from tests.sim.sim_helpers import one_group_spec
+from tests.sim.sim_helpers import one_group_spec, predictable
 from tests.sim.test_compiled import whole_gpus
 from tests.sim.test_properties import Scenario, scenarios
 
@@ -80,7 +80,7 @@ def philly_bound() -> BoundWorkload:
     from shared.sim.evaluate import prepare_workload
 
     work = prepare_workload("philly", None, n_jobs=1500, seed=0, estimates="history", target_load=1.2)
-    return bind_jobs(work.bound.jobs.take(np.arange(1500)), work.spec)
+    return bind_jobs(predictable(work.bound.jobs.take(np.arange(1500))), work.spec)
 
 
 def test_the_textbook_backfill_case_starts_job_4_at_once() -> None:

@@ -120,7 +120,7 @@ def test_compiled_core_gives_the_plain_schedule(scenario: Scenario, policy: str)
 def small_bound(wide: bool = False) -> BoundWorkload:
     from shared.domain.jobs import build_table
     from shared.scheduling.binding import bind_jobs
-    from tests.sim.sim_helpers import one_group_spec
+    from tests.sim.sim_helpers import one_group_spec, predictable
 
     jobs = build_table(
         ids=[f"j{k}" for k in range(6)],
@@ -130,7 +130,7 @@ def small_bound(wide: bool = False) -> BoundWorkload:
         gpus=[4, 8, 2, 1, 1, 4],
         gpu_milli=[500 if k == 3 else WHOLE_GPU_MILLI for k in range(6)],
     )
-    return bind_jobs(jobs, one_group_spec(2, 64 if wide else 4))
+    return bind_jobs(predictable(jobs), one_group_spec(2, 64 if wide else 4))
 
 
 def test_default_runs_compiled_and_equals_python() -> None:

@@ -26,6 +26,12 @@ KINDS = {
     "wfp3": (records.P_WFP3, ("wfp3_est", "wfp3_width")),
     "unicep": (records.P_UNICEP, ("unicep_denom",)),
     "multifactor": (records.P_MULTIFACTOR, ("mf_static", "mf_demand")),
+    # the same kinds on predicted runtimes, and the static small/large split
+    "sjf-pred": (records.P_STATIC, ("key",)),
+    "f1-pred": (records.P_STATIC, ("key",)),
+    "small-first": (records.P_STATIC, ("key",)),
+    "wfp3-pred": (records.P_WFP3, ("wfp3_est", "wfp3_width")),
+    "unicep-pred": (records.P_UNICEP, ("unicep_denom",)),
 }
 
 

@@ -26,7 +26,7 @@ from shared.scheduling.releases import NodeReleases
 from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.simulator import Simulator
-from tests.sim.sim_helpers import one_group_spec
+from tests.sim.sim_helpers import one_group_spec, predictable
 from tests.sim.test_properties import Scenario, scenarios
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,7 +94,7 @@ def test_keys_never_decrease_with_arrival_inside_a_class(
         vcs=["a", "b"],
     )
     spec = one_group_spec(4, 8)
-    bound = bind_jobs(jobs, spec)
+    bound = bind_jobs(predictable(jobs), spec)
     assert len(bound.jobs) == len(rows)
     policy = make_policy(name)
     policy.bind(PolicyContext(workload=bound, estimate=bound.jobs.estimate, capacity_gpus=spec.total_gpus))
@@ -192,7 +192,7 @@ def test_class_heads_cycle_on_a_long_queue(policy: str) -> None:
         users=["u0", "u1", "u2"],
     )
     spec = one_group_spec(2, 8)
-    bound = bind_jobs(jobs, spec)
+    bound = bind_jobs(predictable(jobs), spec)
     for backfill in MODES:
         cfg = SimConfig(backfill=backfill)
         ref = plain(Simulator(bound, make_policy(policy), cfg)).run()

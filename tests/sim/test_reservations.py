@@ -27,7 +27,7 @@ from shared.scheduling.state import Alloc, ClusterState
 from shared.sim.config import SimConfig
 from shared.sim.heads import Heads
 from shared.sim.simulator import Simulator
-from tests.sim.sim_helpers import one_group_spec
+from tests.sim.sim_helpers import one_group_spec, predictable
 from tests.sim.test_order_classes import plain
 from tests.sim.test_properties import Scenario, scenarios
 
@@ -155,7 +155,7 @@ def test_lazy_reservations_on_whole_node_gangs(policy: str) -> None:
         },
         "t",
     )
-    bound = bind_jobs(jobs, spec)
+    bound = bind_jobs(predictable(jobs), spec)
     runs = _lazy_and_eager(bound, SimConfig(), policy)
     assert int(runs[0][0].timeline_queued.max()) > 50  # a queue, so reservations are made
     _assert_same(runs)
@@ -210,7 +210,7 @@ def test_key_of_one_job_is_keys_bit_for_bit(
         users=["u0", "u1", "u2"],
     )
     spec = one_group_spec(4, 8)
-    bound = bind_jobs(jobs, spec)
+    bound = bind_jobs(predictable(jobs), spec)
     policy = make_policy(name)
     policy.bind(PolicyContext(workload=bound, estimate=bound.jobs.estimate, capacity_gpus=spec.total_gpus))
     idx = np.arange(len(bound.jobs))
