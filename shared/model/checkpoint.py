@@ -12,24 +12,59 @@ the feature schema hash matches what the caller's featurizer produces, the confi
 caller expects, and the weights fit the config. Each failure is its own ``CheckpointError`` subclass
 and names the file and what was expected. A model fed features it was not trained on would still
 produce priorities, just meaningless ones, hence the schema hash check.
+
+Bounded before anything is allocated: a checkpoint is read by every prioritizer replica as soon as it
+is announced, and a card alone decides what its reader allocates (``actor_hidden=(20000, 20000)``
+cost 134 s and 6.6 GB before the weights were refused). So the card's bytes are bounded before it is
+parsed (``MAX_CARD_BYTES``), the network it describes before it is built (``MAX_HIDDEN_LAYERS``
+hidden layers per network, ``max_model_params`` parameters: ``CheckpointSettings``), and the weights
+file before torch reads it: its size, and the sizes its zip records declare (torch inflates a
+deflated record to the size its header declares, so 200 kB can become 200 MB), against what the
+card's parameters can need. Each refusal is a ``CheckpointTooLargeError`` naming the file and the
+limit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from shared.config import HyloBaseSettings
 from shared.model.config import ModelConfig
 from shared.model.network import ActorCritic
 
 CARD_FILE = "card.json"
 WEIGHTS_FILE = "weights.pt"
 FORMAT_VERSION = 1
+#: a card is a few kB (the shipped ones about 1 kB): one bigger than this is refused unparsed
+MAX_CARD_BYTES = 1 << 20
+#: hidden layers per network (the actor's, the critic's); the shipped models have two each
+MAX_HIDDEN_LAYERS = 64
+#: what a weights file may hold beyond its parameters at 8 bytes each (float64; Hylo saves float32):
+#: the pickled state dict and the zip's headers, about 5 kB for the shipped models
+WEIGHTS_OVERHEAD_BYTES = 1 << 20
+#: records of a weights file: one per tensor (two per layer) plus a few of torch's own
+MAX_WEIGHT_RECORDS = 4 * (MAX_HIDDEN_LAYERS + 1) + 64
+
+
+class CheckpointSettings(HyloBaseSettings):
+    """What reading a checkpoint may allocate (``HYLO_MAX_MODEL_PARAMS``).
+
+    Why a setting: a deployment that trains bigger models raises it; the default is 700 times the
+    shipped models (5,954 parameters) and still builds in about a second and 80 MB."""
+
+    max_model_params: int = Field(
+        default=1 << 22,
+        ge=1,
+        description="largest model (weights and biases, from the card's shapes) a checkpoint may "
+        "describe; refused before the network is allocated",
+    )
 
 
 class CardFeatures(BaseModel):
@@ -109,6 +144,11 @@ class ConfigMismatchError(CheckpointError):
     """The model config differs from the caller's, or the weights do not fit the card's config."""
 
 
+class CheckpointTooLargeError(CheckpointError):
+    """The card, the model it describes or the weights file exceed a bound (``MAX_CARD_BYTES``,
+    ``MAX_HIDDEN_LAYERS``, ``CheckpointSettings.max_model_params``, what the weights can need)."""
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -149,15 +189,83 @@ def save_checkpoint(directory: str | Path, model: ActorCritic, card: ModelCard) 
     return stamped
 
 
-def read_card(directory: str | Path) -> ModelCard:
-    """Parse ``card.json`` alone (e.g. to list checkpoints without loading weights)."""
+def read_card(directory: str | Path, max_params: int | None = None) -> ModelCard:
+    """Parse ``card.json`` alone (e.g. to list checkpoints without loading weights).
+
+    Refused (``CheckpointTooLargeError``) when the file passes ``MAX_CARD_BYTES`` or the model it
+    describes passes ``max_params`` (default: ``CheckpointSettings``) or ``MAX_HIDDEN_LAYERS``:
+    every reader builds the card's network next, so this is where it is bounded."""
     path = Path(directory) / CARD_FILE
     if not path.is_file():
         raise CheckpointMissingError(f"{path}: missing; a checkpoint needs {CARD_FILE} and {WEIGHTS_FILE}")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_CARD_BYTES + 1)  # never more, whatever the file's size
+    if len(data) > MAX_CARD_BYTES:
+        raise CheckpointTooLargeError(
+            f"{path}: more than {MAX_CARD_BYTES} bytes, the limit for a model card (MAX_CARD_BYTES)"
+        )
     try:
-        return ModelCard.model_validate_json(path.read_bytes())
+        card = ModelCard.model_validate_json(data)
     except ValidationError as err:
         raise CheckpointCardError(f"{path}: not a valid model card:\n{err}") from err
+    check_model_size(card.model, path, max_params)
+    return card
+
+
+def check_model_size(config: ModelConfig, source: str | Path, max_params: int | None = None) -> int:
+    """The parameter count of ``config``; ``CheckpointTooLargeError`` naming ``source`` (the card)
+    when it has more than ``MAX_HIDDEN_LAYERS`` hidden layers or ``max_params`` parameters (default:
+    ``CheckpointSettings().max_model_params``). Computed from the shapes: nothing is allocated."""
+    for name in ("actor_hidden", "critic_hidden"):
+        layers = len(getattr(config, name))
+        if layers > MAX_HIDDEN_LAYERS:
+            raise CheckpointTooLargeError(
+                f"{source}: model.{name} has {layers} layers, more than the limit of {MAX_HIDDEN_LAYERS} "
+                "(MAX_HIDDEN_LAYERS); refused before building it"
+            )
+    limit = CheckpointSettings().max_model_params if max_params is None else max_params
+    count = config.parameter_count
+    if count > limit:
+        raise CheckpointTooLargeError(
+            f"{source}: the model has {count:,} parameters (obs_features {config.obs_features}, "
+            f"actor_hidden {config.actor_hidden}, critic_hidden {config.critic_hidden}), more than the "
+            f"limit of {limit:,} (HYLO_MAX_MODEL_PARAMS); refused before building it"
+        )
+    return count
+
+
+def _declared_record_bytes(path: Path) -> int:
+    """The bytes the records of zip file ``path`` declare once extracted (what torch allocates to
+    read them, whatever they hold), summed over its central directory, which the standard
+    library's ``zipfile`` reads without extracting anything. ValueError when it is not a zip or
+    has more than ``MAX_WEIGHT_RECORDS`` records (the file's size on disk is bounded before, so
+    its directory is too)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ValueError(f"not a zip file (torch.save's format): {err}") from None
+    if len(records) > MAX_WEIGHT_RECORDS:
+        raise ValueError(f"{len(records)} records, more than the limit of {MAX_WEIGHT_RECORDS}")
+    return sum(record.file_size for record in records)
+
+
+def _weights_bound(weights: Path, card_path: Path, config: ModelConfig, extracted: bool) -> None:
+    """Refuse a weights file bigger than the card's parameters can need (8 bytes each plus
+    ``WEIGHTS_OVERHEAD_BYTES``): on disk, or (``extracted``) once torch extracts its records."""
+    bound = config.parameter_count * 8 + WEIGHTS_OVERHEAD_BYTES
+    what, size = "is", weights.stat().st_size
+    if extracted:
+        what = "declares, once extracted,"
+        try:
+            size = _declared_record_bytes(weights)
+        except ValueError as err:
+            raise CheckpointTooLargeError(f"{weights}: cannot be bounded before loading: {err}") from None
+    if size > bound:
+        raise CheckpointTooLargeError(
+            f"{weights}: {what} {size} bytes, more than the {bound} that the {config.parameter_count:,} "
+            f"parameters of {card_path} can need; refused before loading"
+        )
 
 
 def _config_diff(found: ModelConfig, expected: ModelConfig) -> str:
@@ -184,12 +292,14 @@ def load_checkpoint(
     card = read_card(folder)
     card_path, weights = folder / CARD_FILE, folder / WEIGHTS_FILE
 
+    _weights_bound(weights, card_path, card.model, extracted=False)
     actual_sha = file_sha256(weights)
     if actual_sha != card.weights_sha256:
         raise CheckpointIntegrityError(
             f"{weights}: sha256 {actual_sha} but {card_path} expects {card.weights_sha256 or '(none)'}; "
             "the weights were modified or belong to another card"
         )
+    _weights_bound(weights, card_path, card.model, extracted=True)
     if expected_schema_hash is not None and card.features.schema_hash != expected_schema_hash:
         raise SchemaMismatchError(
             f"{card_path}: trained on feature schema {card.features.schema_hash} "

@@ -61,3 +61,22 @@ class ModelConfig(BaseModel):
     def critic_input_dim(self) -> int:
         """Width of the critic's input: its own features, then the pooled job features if enabled."""
         return self.critic_features + (self.obs_features if self.critic_pool else 0)
+
+    @property
+    def parameter_count(self) -> int:
+        """Weights and biases of the network this config builds (``ActorCritic``), from the shapes
+        alone: what a checkpoint's card makes its reader allocate, known before allocating it (a
+        card's ``actor_hidden=(20000, 20000)`` is 400 million parameters)."""
+        return _mlp_parameters(self.obs_features, self.actor_hidden) + _mlp_parameters(
+            self.critic_input_dim, self.critic_hidden
+        )
+
+
+def _mlp_parameters(in_dim: int, hidden: tuple[int, ...]) -> int:
+    """Parameters of ``network.mlp(in_dim, hidden, 1, ...)``: one linear layer per width, then one
+    output; each holds ``in * out`` weights and ``out`` biases (Python ints: no overflow)."""
+    total = 0
+    for width in (*hidden, 1):
+        total += in_dim * width + width
+        in_dim = width
+    return total

@@ -22,6 +22,14 @@ at every hop (the matrix and the decision carry one each); deflating costs about
 a JSON array of rows of numbers, so messages written by an older build still decode. Every value
 must be finite either way.
 
+Bounded before it is allocated: a message's byte size does not bound a deflated table (1 MB of
+deflated zeros inflates to 1 GB), and every placer replica decodes every matrix. So the header alone
+is checked first, against the limits the message is validated under (``shared.schemas.limits``):
+``rows`` (one per job) against ``max_jobs``, ``rows * cols * itemsize`` against ``max_table_bytes``
+and, for deflated bytes, against ``max_inflate_ratio`` times their length; only then are the bytes
+inflated, never to more than the header declared. A lying header is refused with a one-line reason
+naming the key, its value and the limit, having cost at most the bound.
+
 In Python the field holds a ``FloatRows``: a read-only sequence of rows, as the version-3 tuples of
 tuples were (``len``, indexing and iteration yield tuples of floats, and it equals a tuple of tuples
 with the same values), backed by a read-only float64 ``numpy`` array (``.array``, also what
@@ -40,7 +48,9 @@ from typing import Annotated, Any, overload
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import PlainSerializer, PlainValidator, ValidationInfo, WithJsonSchema
+
+from shared.schemas.limits import DEFAULT_LIMITS, Limits, limits_of
 
 __all__ = ["DTYPES", "FloatRows", "FloatTable", "empty_table", "pack", "unpack"]
 
@@ -166,14 +176,45 @@ def _finite(array: FloatArray, what: str) -> FloatArray:
     return array
 
 
-def _count(value: Any, key: str, bound: int) -> int:
+def _count(value: Any, key: str, bound: int, limit: str = "") -> int:
     if type(value) is not int or not 0 <= value <= bound:
-        raise ValueError(f"packed float table: {key!r} must be an integer in [0, {bound}], got {value!r}")
+        why = f" ({limit})" if limit else ""
+        raise ValueError(
+            f"packed float table: {key!r} must be an integer in [0, {bound}]{why}, got {value!r}"
+        )
     return value
 
 
-def unpack(doc: dict[str, Any]) -> FloatRows:
-    """The table of a packed document (``pack``'s form); raises ValueError naming what is wrong."""
+def _declared_size(
+    rows: int, cols: int, itemsize: int, limits: Limits, what: str = "packed float table"
+) -> int:
+    """The bytes the header declares, refused above ``limits.max_table_bytes`` (before any of them
+    is decoded, inflated or allocated)."""
+    size = rows * cols * itemsize
+    if size > limits.max_table_bytes:
+        raise ValueError(
+            f"{what}: rows * cols * {itemsize} = {rows} * {cols} * {itemsize} = {size} bytes, "
+            f"more than the limit of {limits.max_table_bytes} (max_table_bytes)"
+        )
+    return size
+
+
+def _check_ratio(deflated: int, size: int, limits: Limits) -> None:
+    """Refuse a deflated table whose header declares more bytes than ``limits.max_inflate_ratio``
+    times its deflated length: no honest stream inflates that far, so it is refused uninflated."""
+    if size > deflated * limits.max_inflate_ratio:
+        raise ValueError(
+            f"packed float table: declares {size} bytes from {deflated} deflated bytes, more than "
+            f"{limits.max_inflate_ratio} times as many (max_inflate_ratio)"
+        )
+
+
+def unpack(doc: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> FloatRows:
+    """The table of a packed document (``pack``'s form); raises ValueError naming what is wrong.
+
+    The header is checked against ``limits`` before the bytes are decoded: ``rows`` against
+    ``max_jobs`` (a table has one row per job), the declared bytes against ``max_table_bytes`` and,
+    when deflated, against ``max_inflate_ratio`` times the deflated bytes."""
     keys = set(doc) - {"codec"}
     if keys != _KEYS:
         missing, extra = sorted(_KEYS - keys), sorted(keys - _KEYS)
@@ -184,7 +225,10 @@ def unpack(doc: dict[str, Any]) -> FloatRows:
     dtype = DTYPES.get(doc["dtype"]) if isinstance(doc["dtype"], str) else None
     if dtype is None:
         raise ValueError(f"packed float table: dtype must be one of {sorted(DTYPES)}, got {doc['dtype']!r}")
-    rows, cols = _count(doc["rows"], "rows", MAX_ROWS), _count(doc["cols"], "cols", MAX_COLS)
+    max_rows = min(MAX_ROWS, limits.max_jobs)
+    rows = _count(doc["rows"], "rows", max_rows, "max_jobs" if max_rows < MAX_ROWS else "")
+    cols = _count(doc["cols"], "cols", MAX_COLS)
+    size = _declared_size(rows, cols, dtype.itemsize, limits)
     text = doc["base64"]
     if not isinstance(text, str):
         raise ValueError("packed float table: 'base64' must be a string")
@@ -193,7 +237,8 @@ def unpack(doc: dict[str, Any]) -> FloatRows:
     except (binascii.Error, UnicodeEncodeError) as err:
         raise ValueError(f"packed float table: 'base64' is not valid base64 ({err})") from None
     if codec is not None:
-        data = _inflate(data, rows * cols * dtype.itemsize)
+        _check_ratio(len(data), size, limits)
+        data = _inflate(data, size)
     if len(data) != rows * cols * dtype.itemsize:
         raise ValueError(
             f"packed float table: {len(data)} bytes, expected rows * cols * {dtype.itemsize} = "
@@ -203,8 +248,11 @@ def unpack(doc: dict[str, Any]) -> FloatRows:
     return FloatRows(_finite(array, "packed float table"))
 
 
-def _from_rows(value: Sequence[Any], what: str) -> FloatRows:
-    """A table from rows of numbers (the version-3 JSON form, or tuples built in Python)."""
+def _from_rows(value: Sequence[Any], what: str, limits: Limits = DEFAULT_LIMITS) -> FloatRows:
+    """A table from rows of numbers (the version-3 JSON form, or tuples built in Python), under the
+    same bounds as the packed form (its size is the message's, so they are checked as it is built)."""
+    if len(value) > limits.max_jobs:
+        raise ValueError(f"{what} has {len(value)} rows, more than the limit of {limits.max_jobs} (max_jobs)")
     rows = []
     for i, row in enumerate(value):
         if isinstance(row, np.ndarray):
@@ -222,11 +270,12 @@ def _from_rows(value: Sequence[Any], what: str) -> FloatRows:
     if bad:
         raise ValueError(f"{what} entries must be numbers, found {bad[0].__name__}")
     width = widths.pop() if widths else 0
+    _declared_size(len(rows), width, 8, limits, what)
     array = np.array(rows, dtype=np.float64).reshape(len(rows), width)
     return FloatRows(_finite(array, what))
 
 
-def _validate(value: Any) -> FloatRows:
+def _validate(value: Any, info: ValidationInfo) -> FloatRows:
     if isinstance(value, FloatRows):
         return value
     if isinstance(value, np.ndarray):
@@ -235,9 +284,9 @@ def _validate(value: Any) -> FloatRows:
         array = np.array(value, dtype=np.float64, copy=True)  # our own read-only copy
         return FloatRows(_finite(array, "float table"))
     if isinstance(value, dict):
-        return unpack(value)
+        return unpack(value, limits_of(info))
     if isinstance(value, (list, tuple)):
-        return _from_rows(value, "float table")
+        return _from_rows(value, "float table", limits_of(info))
     raise ValueError(f"float table: expected a packed table or rows of numbers, got {type(value).__name__}")
 
 
