@@ -198,7 +198,7 @@ def main() -> None:
         console.print(_markdown(results), markup=False, highlight=False, soft_wrap=True)
     report = {
         "bench": "runtime_prediction",
-        "settings": {k: v for k, v in vars(PredictorSettings(seed=args.seed)).items()},
+        "settings": PredictorSettings(seed=args.seed).model_dump(),
         "warmup": args.warmup,
         "max_jobs": args.max_jobs,
         "seconds": time.perf_counter() - started,

@@ -37,12 +37,14 @@ the better predictor, on openb or Lublin-256 the model is.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic_settings import SettingsConfigDict
 
+from shared.config import HyloBaseSettings
 from shared.domain.jobs import JobTable
 from shared.prediction import cache
 from shared.prediction.features import CategoryEncoder, Features, submission_features
@@ -65,9 +67,15 @@ class PredictionError(ValueError):
     (its source file) and what is wrong."""
 
 
-@dataclass(frozen=True)
-class PredictorSettings:
-    """How often and on what the predictor retrains, and the regressor's size."""
+class PredictorSettings(HyloBaseSettings):
+    """How often and on what the predictor retrains, and the regressor's size
+    (``HYLO_PREDICTOR_*`` or ``predictor_*`` in hylo.toml, like every Hylo setting).
+
+    Bounds are checked by ``check`` (one line naming the table and the setting, a
+    ``PredictionError``) rather than at construction, so that a bad value in a file or the
+    environment reads like any other unusable input."""
+
+    model_config = SettingsConfigDict(env_prefix="HYLO_PREDICTOR_", extra="ignore", frozen=True)
 
     retrain_jobs: int = 2_000  # refit after this many more jobs finished ...
     retrain_hours: float = 168.0  # ... or this many hours after the last fit (a week) ...
@@ -344,7 +352,7 @@ def predict_runtimes(
     cache_dir = cache.enabled(use_cache)
     if cache_dir is None:
         return _predict(table, s)
-    key = cache.cache_key(table, asdict(s), PREDICTOR_VERSION)
+    key = cache.cache_key(table, s.model_dump(), PREDICTOR_VERSION)
     path = cache.cache_file(cache_dir, key)
     entry = cache.load_entry(path, key, (*_CACHED_ARRAYS, "fit_seconds"))
     hit = _from_entry(entry, len(table), s) if entry is not None else None

@@ -3,7 +3,6 @@ damaged entry is rewritten, and with the cache off nothing is written."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +71,7 @@ def test_a_changed_runtime_or_setting_misses(
     changed = predict_runtimes(table.with_fields(runtime=runtime), FAST)
     assert not changed.cached and fits.calls > 0
     calls = fits.calls
-    other = predict_runtimes(table, replace(FAST, seed=1))
+    other = predict_runtimes(table, FAST.model_copy(update={"seed": 1}))
     assert not other.cached and fits.calls > calls
     assert len(entries(isolated_cache)) == 3
 

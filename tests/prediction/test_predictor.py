@@ -104,3 +104,16 @@ def test_empty_table() -> None:
     table = build_table(ids=[], submit=[], runtime=[], gpus=[], meta=TraceMeta(name="none"))
     pred = predict_runtimes(table)
     assert len(pred.runtime) == 0 and pred.fits == 0
+
+
+def test_settings_come_from_the_environment_and_bad_ones_name_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HYLO_PREDICTOR_RETRAIN_JOBS", "500")
+    monkeypatch.setenv("HYLO_PREDICTOR_MIN_TRAIN", "1")
+    settings = PredictorSettings()
+    assert settings.retrain_jobs == 500
+    with pytest.raises(
+        PredictionError, match=r"^synthetic.swf: predictor setting min_train must be >= 2, got 1"
+    ):
+        predict_runtimes(synthetic_jobs(50), settings)
