@@ -8,6 +8,13 @@ natural key), across restarts too. The recorder runs in the placer's process
 (``HYLO_PLACER_ROLE=all``) or in processes of its own (``record``), shared by all replicas through
 the durable consumers' queue groups.
 
+When the database is unavailable (down, restarting, unreachable, locked), a write's error is told
+apart from a bad write (``shared.store.outage.store_unavailable``): the message goes back to
+JetStream with a delay that doubles up to ``HYLO_RETRY_BACKOFF_MAX_S`` and is retried for
+``HYLO_RETRY_WINDOW_S`` (15 minutes) before it is dead-lettered, ``/readyz`` says "store
+unavailable, N messages waiting" meanwhile, and ``hylo deadletters replay`` re-applies what was
+dead-lettered through the same writes (``apply_record``).
+
 The jobs of a queue are stored from the feature matrices (``recorder-jobs``): a matrix carries every
 featurized job of its snapshot. This used to be the deciding placer's work after each decision,
 where a restart between the decision and the write lost the rows.
@@ -19,9 +26,10 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from shared.bus.consumer import Delivery
+from shared.schemas.base import Message
 from shared.schemas.messages import (
     FeatureMatrix,
     JobOutcome,
@@ -30,7 +38,9 @@ from shared.schemas.messages import (
     ShadowPriorities,
 )
 from shared.schemas.stage_error import StageError
+from shared.schemas.subjects import Kind
 from shared.service import Route
+from shared.store.outage import store_unavailable
 from shared.store.writes import (
     record_decision,
     record_model_version,
@@ -39,7 +49,7 @@ from shared.store.writes import (
     record_shadow,
 )
 
-__all__ = ["KnownJobs", "recorder_routes"]
+__all__ = ["RECORDED", "KnownJobs", "apply_record", "recorder_routes"]
 
 
 class KnownJobs:
@@ -62,6 +72,35 @@ class KnownJobs:
             self._seen.popitem(last=False)
 
 
+#: what each recorder durable stores, by the kind of message it reads (``hylo deadletters replay``)
+RECORDED: dict[str, tuple[Kind, type[Message]]] = {
+    "recorder-jobs": ("features", FeatureMatrix),
+    "recorder-decisions": ("placements", PlacementDecision),
+    "recorder-outcomes": ("outcomes", JobOutcome),
+    "recorder-models": ("models", ModelVersion),
+    "recorder-shadows": ("shadows", ShadowPriorities),
+}
+
+
+async def apply_record(conn: AsyncConnection, message: Message) -> int:
+    """Store one recorded message in ``conn``'s transaction; returns the rows that were new.
+
+    The recorder's handlers and ``hylo deadletters replay`` write through this one function, so a
+    replayed dead letter is stored exactly as the live message would have been (insert-or-ignore:
+    a row already there is left alone)."""
+    if isinstance(message, FeatureMatrix):
+        return await record_pending(conn, message.cluster, message.jobs)
+    if isinstance(message, PlacementDecision):
+        return await record_decision(conn, message)
+    if isinstance(message, JobOutcome):
+        return int(await record_outcome(conn, message))
+    if isinstance(message, ModelVersion):
+        return int(await record_model_version(conn, message))
+    if isinstance(message, ShadowPriorities):
+        return await record_shadow(conn, message)
+    raise TypeError(f"the recorder stores no {type(message).__name__}")
+
+
 def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Route[Any]]:
     """The recorder's durable consumers, each writing one kind of message to the store. A matrix
     of a cluster not in ``clusters`` is refused (dead-lettered), as the deciding stages refuse it."""
@@ -81,32 +120,23 @@ def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Rout
             await record_pending(conn, matrix.cluster, matrix.jobs.take(rows))
         known.add(matrix.cluster, new)
 
-    async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
+    async def on_record(message: Message, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
-            await record_decision(conn, decision)
+            await apply_record(conn, message)
 
-    async def on_outcome(outcome: JobOutcome, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_outcome(conn, outcome)
-
-    async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_model_version(conn, version)
-
-    async def on_shadow(shadow: ShadowPriorities, _delivery: Delivery) -> None:
-        async with engine.begin() as conn:
-            await record_shadow(conn, shadow)
-
-    return [
+    routes: list[Route[Any]] = [
         Route(
             kind="features",
             model=FeatureMatrix,
             durable="recorder-jobs",
             handle=on_matrix,
             reject=(StageError,),
-        ),
-        Route(kind="placements", model=PlacementDecision, durable="recorder-decisions", handle=on_decision),
-        Route(kind="outcomes", model=JobOutcome, durable="recorder-outcomes", handle=on_outcome),
-        Route(kind="models", model=ModelVersion, durable="recorder-models", handle=on_model),
-        Route(kind="shadows", model=ShadowPriorities, durable="recorder-shadows", handle=on_shadow),
+            transient=store_unavailable,
+        )
     ]
+    for durable, (kind, model) in RECORDED.items():
+        if durable != "recorder-jobs":
+            routes.append(
+                Route(kind=kind, model=model, durable=durable, handle=on_record, transient=store_unavailable)
+            )
+    return routes

@@ -9,6 +9,14 @@ The guarantees, and how each is obtained:
   idempotent, which Hylo obtains at the store: decisions are unique on (correlation_id, job_id),
   outcomes on (cluster, job_id), and writes are insert-or-ignore (``shared.store.writes``);
   re-published outputs carry the same ``Nats-Msg-Id`` and are dropped by the stream's duplicate window.
+- **A dependency that is down is waited for.** A route that names its ``transient`` errors (the
+  recorders: the database is unreachable, locked or read-only) gets its message back after a delay
+  that doubles from ``retry_backoff_s`` to ``retry_backoff_max_s``, for ``retry_window_s`` (15
+  minutes by default), before it is dead-lettered: JetStream holds the message meanwhile (a NAK with
+  a delay, not a sleep in the process), and the consumer's ``max_deliver`` is raised to cover the
+  window, so the server never gives up first. Once one message of a batch finds the dependency down,
+  the rest of that batch goes back with its delay untried (the first message of each batch probes),
+  so an outage costs the database one attempt per batch, not one per message.
 - **Never lost, never looping.** A payload that fails validation is published to
   ``<root>.v1.<cluster>.dead`` with the reason and then acked: it is not retried (it would fail again).
   A handler that fails ``max_deliver`` times is dead-lettered the same way. The JetStream consumer
@@ -53,7 +61,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
-from shared.bus.settings import BusSettings
+from shared.bus.settings import BusSettings, retry_delays
 from shared.bus.streams import ensure_streams, stream_name
 from shared.bus.tracing import extract_context
 from shared.schemas.base import Message
@@ -81,6 +89,8 @@ class Delivery:
 
 
 Handler = Callable[[M, Delivery], Awaitable[None]]
+#: True for an error that means a dependency is unavailable (retry for the window), not a bad message
+TransientCheck = Callable[[BaseException], bool]
 #: fetches a message another one names by reference (``MissingReference``) so that it decodes; True if
 #: it now may (the message is then decoded again), False if it is nowhere to be had
 FetchMissing = Callable[[MissingReference], Awaitable[bool]]
@@ -96,6 +106,12 @@ class ConsumerStats:
     handler_errors: int = 0
     #: messages decoded after fetching the message they name by reference (``fetch_missing``)
     fetched_references: int = 0
+    #: deliveries sent back with a delay because a dependency was unavailable (``transient``)
+    retried: int = 0
+    #: the dependency's last error while it is unavailable (None once a message went through)
+    unavailable: str | None = None
+    #: since when (``time.monotonic()``) it is unavailable
+    unavailable_since: float | None = None
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -126,8 +142,14 @@ class Consumer(Generic[M]):
         deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
         inactive_threshold_s: float | None = None,
         fetch_missing: FetchMissing | None = None,
+        transient: TransientCheck | None = None,
     ) -> None:
         self.js = js
+        self.transient = transient
+        self._delays = retry_delays(settings) if transient is not None else []
+        #: handler deliveries before a message is dead-lettered: the retry window's when the route
+        #: waits for a dependency, else ``max_deliver``
+        self.attempts = max(settings.max_deliver, len(self._delays) + 1)
         self.fetch_missing = fetch_missing
         self.publisher = publisher
         self.subjects = publisher.subjects
@@ -163,7 +185,7 @@ class Consumer(Generic[M]):
             opt_start_seq=from_seq,
             inactive_threshold=self.inactive_threshold_s,
             ack_wait=self.settings.ack_wait_s,
-            max_deliver=self.settings.max_deliver + 1,  # one spare delivery to dead-letter, see above
+            max_deliver=self.attempts + 1,  # one spare delivery to dead-letter, see above
             max_ack_pending=self.settings.max_ack_pending,
             filter_subject=self.filter_subject,
         )
@@ -173,6 +195,21 @@ class Consumer(Generic[M]):
             stream=stream_name(self.subjects, self.kind),
             config=config,
         )
+        await self._align(config)
+
+    async def _align(self, config: ConsumerConfig) -> None:
+        """Bring an existing durable consumer's ``max_deliver`` to this replica's: one created before
+        the retry window existed (or with a shorter one) would otherwise stop redelivering a message
+        the handler still waits for, and the server drops it silently instead of a dead letter."""
+        stream = stream_name(self.subjects, self.kind)
+        try:
+            info = await self.js.consumer_info(stream, self.durable)
+            if info.config.max_deliver == config.max_deliver:
+                return
+            await self.js.add_consumer(stream, info.config.evolve(max_deliver=config.max_deliver))
+            log.info("consumer %s: max_deliver set to %s", self.durable, config.max_deliver)
+        except Exception as err:  # an older server that cannot update: keep going, say so
+            log.warning("consumer %s: could not align max_deliver: %s", self.durable, err)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set; the batch in flight is finished first.
@@ -252,13 +289,14 @@ class Consumer(Generic[M]):
         """
         renew_after = self.settings.ack_wait_s / 2
         renewed = time.monotonic()
+        down: BaseException | None = None  # the dependency's error, once a message of this batch met it
         for i, d in enumerate(decoded):
             if time.monotonic() - renewed >= renew_after:
                 for waiting in decoded[i:]:
                     with contextlib.suppress(Exception):  # a lost renewal only risks a redelivery
                         await waiting.msg.in_progress()
                 renewed = time.monotonic()
-            await self._process(d)
+            down = await self._process(d, down)
 
     async def _with_reference(self, d: _Decoded[M]) -> _Decoded[M]:
         """``d`` decoded again once the message it names by reference was fetched; as it was if that
@@ -306,23 +344,30 @@ class Consumer(Generic[M]):
             if known is None or key > known:
                 self._latest[message.cluster] = key
 
-    async def _process(self, d: _Decoded[M]) -> None:
+    async def _process(self, d: _Decoded[M], down: BaseException | None = None) -> BaseException | None:
+        """Handle one message; returns the dependency's error if it was (or still is) unavailable.
+
+        ``down``: a message before this one in the batch found the dependency unavailable, so this
+        one goes back with its delay without being tried."""
         msg = d.msg
         meta = msg.metadata
         if d.message is None:
             assert d.error is not None
             await self._dead(msg, d.error.reason, d.error.errors)
-            return
+            return down
         message = d.message
         if self.latest_wins:
             key, known = self._key(message), self._latest.get(message.cluster)
             if key is not None and known is not None and key < known:
                 self.stats.skipped_stale += 1
                 await msg.ack()
-                return
-        if meta.num_delivered > self.settings.max_deliver:
+                return down
+        if meta.num_delivered > self.attempts:
             await self._dead(msg, f"gave up after {meta.num_delivered - 1} deliveries (handler never acked)")
-            return
+            return down
+        if down is not None:
+            await self._retry_later(msg, down)
+            return down
         headers = dict(msg.headers or {})
         delivery = Delivery(
             subject=msg.subject,
@@ -344,20 +389,53 @@ class Consumer(Generic[M]):
                 span.record_exception(err)
                 span.set_status(Status(StatusCode.ERROR, str(err)[:200]))
                 await self._dead(msg, f"rejected by {self.durable}: {err}")
-                return
+                return None
             except Exception as err:
                 span.record_exception(err)
                 span.set_status(Status(StatusCode.ERROR, str(err)[:200]))
                 self.stats.handler_errors += 1
+                if self.transient is not None and self.transient(err):
+                    await self._retry_later(msg, err)
+                    return err
                 if meta.num_delivered >= self.settings.max_deliver:
                     reason = f"handler failed {meta.num_delivered} times: {type(err).__name__}: {err}"
                     await self._dead(msg, reason)
                 else:
                     await msg.nak(delay=self.settings.nak_delay_s)
-                return
+                return None
         self.stats.handled += 1
         await msg.ack()
         self._last_seq = max(self._last_seq, meta.sequence.stream)
+        self._available()
+        return None
+
+    async def _retry_later(self, msg: Msg, err: BaseException) -> None:
+        """A dependency is unavailable: the message goes back to JetStream with its back-off delay,
+        or, past the retry window, to the dead letters (``hylo deadletters replay`` re-applies it)."""
+        stats = self.stats
+        if stats.unavailable is None:
+            stats.unavailable_since = time.monotonic()
+            log.warning(
+                "consumer %s: dependency unavailable, retrying with back-off: %s", self.durable, short(err)
+            )
+        stats.unavailable = short(err)
+        n = msg.metadata.num_delivered
+        if n >= self.attempts:
+            window = self.settings.retry_window_s
+            reason = f"unavailable for {n} deliveries (retry window {window:g} s): {short(err)}"
+            await self._dead(msg, reason)
+            return
+        stats.retried += 1
+        await msg.nak(delay=self._delays[min(n, len(self._delays)) - 1])
+
+    def _available(self) -> None:
+        """A message went through: the dependency is back (logged once per outage)."""
+        stats = self.stats
+        if stats.unavailable is not None:
+            took = time.monotonic() - (stats.unavailable_since or time.monotonic())
+            log.warning("consumer %s: dependency available again after %.1f s", self.durable, took)
+            stats.unavailable = None
+            stats.unavailable_since = None
 
     async def _dead(self, msg: Msg, reason: str, errors: tuple[FieldError, ...] = ()) -> None:
         """Publish the dead letter, then ack; if publishing fails the message stays unacked."""
@@ -386,6 +464,14 @@ class Consumer(Generic[M]):
         short = re.sub(r"\d+", "N", reason.split(":", 1)[0])[:80]
         self.stats.reasons[short] = self.stats.reasons.get(short, 0) + 1
         await msg.ack()
+
+
+def short(err: BaseException, limit: int = 300) -> str:
+    """``Type: first line`` of an error, bounded: a database error's text carries its whole statement
+    and parameters, which belong neither in a log line nor in a readiness answer."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _valid_correlation(value: str) -> bool:

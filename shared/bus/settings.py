@@ -46,6 +46,21 @@ class BusSettings(HyloBaseSettings):
     ack_wait_s: float = Field(default=30.0, gt=0, description="redeliver if not acked within")
     max_deliver: int = Field(default=5, ge=1, description="handler attempts before dead-lettering")
     nak_delay_s: float = Field(default=0.5, ge=0, description="redelivery delay after a handler error")
+    retry_window_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="how long a message whose handler finds a dependency unavailable (the recorders: "
+        "the database) is retried, with back-off, before it is dead-lettered",
+    )
+    retry_backoff_s: float = Field(
+        default=0.5, gt=0, description="first redelivery delay while a dependency is unavailable"
+    )
+    retry_backoff_max_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="longest redelivery delay while a dependency is unavailable (the delay doubles up "
+        "to it): the most a write waits after the dependency is back",
+    )
     max_ack_pending: int = Field(default=1000, ge=1)
     max_message_bytes: int = Field(
         default=8 << 20,
@@ -58,3 +73,21 @@ class BusSettings(HyloBaseSettings):
     )
     fetch_batch: int = Field(default=64, ge=1)
     fetch_timeout_s: float = Field(default=0.5, gt=0)
+
+
+def retry_delays(settings: BusSettings) -> list[float]:
+    """The redelivery delays of a message whose dependency is unavailable, one per failed delivery.
+
+    Why a fixed schedule rather than a clock: a delivery carries only its count, so "retried for the
+    window" has to be a count of deliveries that JetStream itself enforces (the consumer's
+    ``max_deliver``); the delays double from ``retry_backoff_s`` up to ``retry_backoff_max_s`` until
+    they add up to ``retry_window_s``. The last delivery is the one that dead-letters.
+    """
+    delays: list[float] = []
+    delay, total = settings.retry_backoff_s, 0.0
+    while total < settings.retry_window_s:
+        step = min(delay, settings.retry_backoff_max_s)
+        delays.append(step)
+        total += step
+        delay *= 2.0
+    return delays

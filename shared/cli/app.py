@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from shared.cli.deadletters import deadletters_app
 from shared.cli.evaluate import evaluate_command
 from shared.cli.models import models_app
 from shared.cli.report import report_command
@@ -29,6 +30,7 @@ app.command("serve")(serve_command)
 app.command("report")(report_command)
 app.command("retrain")(retrain_command)
 app.add_typer(models_app, name="models")
+app.add_typer(deadletters_app, name="deadletters")
 
 
 @app.callback()

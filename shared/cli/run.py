@@ -42,6 +42,7 @@ from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotError
 from services.adapter_sim.stack import PIPELINE, LocalStack, StackError
 from shared.bus import BusSettings
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.cli.store_check import StoreCheck, placements_mark, run_check, wait_for_store
 from shared.domain.cluster import SpecError
 from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutOfReach, offered_load
 from shared.policies import POLICY_NAMES
@@ -77,6 +78,8 @@ class ReplayOptions:
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION
     #: ``load`` is the demo's default, not asked for: out of reach, the replay keeps its own times
     demo_load: bool = False
+    #: seconds to wait after the replay for the recorders to store every row (restarts on progress)
+    store_wait_s: float = 120.0
 
     def settings(self) -> AdapterSimSettings:
         try:
@@ -260,46 +263,6 @@ def _replay(
             watcher.join()
 
 
-async def _store_counts(database_url: str, cluster: str) -> tuple[int, int]:
-    """(decisions, outcomes) recorded for ``cluster``: distinct snapshots decided, jobs finished."""
-    from sqlalchemy import text
-
-    from shared.store.engine import create_engine
-
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            decisions = await conn.scalar(
-                text("SELECT COUNT(DISTINCT correlation_id) FROM decisions WHERE cluster = :c"),
-                {"c": cluster},
-            )
-            outcomes = await conn.scalar(
-                text("SELECT COUNT(*) FROM outcomes WHERE cluster = :c"), {"c": cluster}
-            )
-        return int(decisions or 0), int(outcomes or 0)
-    finally:
-        await engine.dispose()
-
-
-def _wait_for_store(
-    stack: LocalStack, database_url: str, cluster: str, outcomes: int, decisions: int, timeout_s: float
-) -> str:
-    """Wait (bounded) until the placer's recorders have stored every outcome and decision; a line
-    saying what the store holds."""
-    deadline = time.monotonic() + timeout_s
-    with console.status("waiting for the store to record the decisions and outcomes"):
-        while True:
-            try:
-                decided, recorded = asyncio.run(_store_counts(database_url, cluster))
-            except Exception as err:
-                return f"could not read the store: {type(err).__name__}: {err}"
-            if (recorded >= outcomes and decided >= decisions) or time.monotonic() > deadline:
-                break
-            stack.check_alive()
-            time.sleep(0.5)
-    return f"{decided:,} decisions and {recorded:,} of {outcomes:,} outcomes recorded"
-
-
 def _fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"
 
@@ -431,10 +394,10 @@ def _drive(
     settings = options.settings()
     env = _service_env(options, bus.nats_url, database_url, bus.subject_root)
     _start_services(stack, env, ready_timeout)
+    mark = asyncio.run(placements_mark(bus))
     run = _replay(bus, settings, work, stack)
-    stored = _wait_for_store(
-        stack, database_url, options.cluster_name, run.stats.outcomes, run.stats.decisions_applied, 60.0
-    )
+    check = _check_store(options, bus, database_url, mark, run.stats.outcomes, stack)
+    stored = check if isinstance(check, str) else check.stored_line()
     with console.status("stopping the pipeline"):
         stack.stop()
     cmp = compare_with_base(run, work, sim_config(settings))
@@ -448,8 +411,40 @@ def _drive(
         "offered": _offered(work),
         "offered_definition": "in-span",
     }
-    path = _report(stack.workdir, run, cmp, work, {**extra, "store": stored, "load": load})
+    lost = {} if isinstance(check, str) else check.to_json()
+    path = _report(
+        stack.workdir, run, cmp, work, {**extra, "store": stored, "store_check": lost, "load": load}
+    )
     console.print(f"report: {path}; service logs in {stack.workdir}", soft_wrap=True)
+    _exit_on_lost_rows(check, options.cluster_name)
+
+
+def _check_store(
+    options: ReplayOptions, bus: BusSettings, database_url: str, mark: int, outcomes: int, stack: LocalStack
+) -> StoreCheck | str:
+    """Wait until the store holds every row of the run (``shared.cli.store_check``); the last check,
+    or why the store could not be checked."""
+    prefix = options.job_id_prefix
+    with console.status("waiting for the store to record the decisions, outcomes and jobs"):
+        try:
+            check = run_check(bus, database_url, options.cluster_name, prefix, mark, outcomes)
+        except Exception as err:  # NATS went away after the replay: say so, do not guess
+            return f"could not read the decisions back from the bus: {type(err).__name__}: {err}"
+        return wait_for_store(check, stack.check_alive, options.store_wait_s)
+
+
+def _exit_on_lost_rows(check: StoreCheck | str, cluster: str) -> None:
+    """A run whose store misses rows it was sent (or could not be checked) exits 1, saying how many."""
+    if isinstance(check, StoreCheck) and check.lost_rows == 0:
+        return
+    what = check if isinstance(check, str) else check.lost_line()
+    console.print(
+        f"[bold red]{escape(what)}[/]; the recorders retry while the database is unavailable and "
+        "dead-letter what they could not store: "
+        f"[bold]hylo deadletters replay --cluster {escape(cluster)}[/] re-applies it",
+        soft_wrap=True,
+    )
+    raise typer.Exit(code=1)
 
 
 # --- the commands --------------------------------------------------------------------------------
@@ -480,6 +475,14 @@ TimeoutOpt = Annotated[float, typer.Option(help="seconds a cycle waits for its d
 PendingOpt = Annotated[int, typer.Option(help="pending jobs per snapshot (oldest first)", min=1)]
 OutOpt = Annotated[Path, typer.Option(help="folder for the database, the logs and run.json")]
 ReadyOpt = Annotated[float, typer.Option(help="seconds to wait for the services' /readyz", min=1.0)]
+StoreWaitOpt = Annotated[
+    float,
+    typer.Option(
+        help="seconds to wait after the replay for the recorders to store every row (the wait restarts "
+        "whenever rows arrive); rows still missing then make the run exit 1",
+        min=0.0,
+    ),
+]
 SpeedupOpt = Annotated[
     float | None,
     typer.Option(
@@ -508,6 +511,7 @@ def run_command(
     ready_timeout: ReadyOpt = 180.0,
     model: ModelOpt = None,
     speedup: SpeedupOpt = None,
+    store_wait: StoreWaitOpt = 120.0,
 ) -> None:
     """Run the whole pipeline locally (NATS, SQLite, featurizer, prioritizer, placer) on a simulated
     cluster, and compare its schedule with the base policy's on the same jobs."""
@@ -526,6 +530,7 @@ def run_command(
         job_id_prefix="",
         model=_checkpoint(model),
         speedup=speedup,
+        store_wait_s=store_wait,
     )
     options, work = _load(options)  # bad options fail before anything starts
     out.mkdir(parents=True, exist_ok=True)
@@ -565,6 +570,7 @@ def up_command(
     ready_timeout: ReadyOpt = 180.0,
     model: ModelOpt = None,
     speedup: SpeedupOpt = None,
+    store_wait: StoreWaitOpt = 120.0,
 ) -> None:
     """Like ``hylo run``, against a NATS server and a database you already run: starts only the
     featurizer, prioritizer and placer, then replays the simulated cluster through them."""
@@ -584,6 +590,7 @@ def up_command(
         job_id_prefix=run_id,  # outcomes are unique per (cluster, job id): a replay must not collide
         model=_checkpoint(model),
         speedup=speedup,
+        store_wait_s=store_wait,
     )
     options, work = _load(options)
     try:

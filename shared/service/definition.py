@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.bus.consumer import Delivery, FetchMissing
+from shared.bus.consumer import Delivery, FetchMissing, TransientCheck
 from shared.bus.publisher import Publisher
 from shared.bus.settings import BusSettings
 from shared.domain.cluster import ClusterSpec
@@ -42,6 +42,8 @@ class Route(Generic[M]):
     semantics); ``per_replica`` routes (e.g. model announcements that every prioritizer must see)
     get a consumer of their own per replica, removed by the server after ``inactive_threshold_s``.
     ``reject`` lists exceptions that mean "well-formed but unusable": dead-lettered, not retried.
+    ``transient`` tells an error that means a dependency is unavailable (the recorders' database):
+    the message is retried with back-off for the bus's retry window instead of ``max_deliver`` times.
     """
 
     kind: Kind
@@ -56,6 +58,8 @@ class Route(Generic[M]):
     cluster: str | None = None  # only this cluster's messages (an adapter manages one cluster)
     #: fetches a message this route's messages name by reference (``shared.bus.consumer``)
     fetch_missing: FetchMissing | None = None
+    #: errors that mean "a dependency is down, wait for it" (``shared.bus.consumer``)
+    transient: TransientCheck | None = None
 
 
 @dataclass

@@ -38,6 +38,7 @@ class _ConsumerCollector(Collector):
                 ("stale", s.skipped_stale),
                 ("dead", s.dead_lettered),
                 ("error", s.handler_errors),
+                ("retried", s.retried),  # sent back with a delay: a dependency (the store) was down
             ):
                 family.add_metric([self.service, c.durable, outcome], value)
             for reason, value in s.reasons.items():

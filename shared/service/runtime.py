@@ -29,10 +29,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shared.bus.connection import connect
-from shared.bus.consumer import Consumer, Delivery
+from shared.bus.consumer import Consumer, Delivery, short
 from shared.bus.publisher import Publisher
 from shared.bus.settings import BusSettings
-from shared.bus.streams import ensure_streams
+from shared.bus.streams import ensure_streams, stream_name
 from shared.schemas.base import Message
 from shared.schemas.limits import Limits
 from shared.schemas.subjects import Subjects
@@ -149,6 +149,7 @@ class ServiceRuntime:
             if route.inactive_threshold_s is not None
             else (300.0 if route.per_replica else None),
             fetch_missing=route.fetch_missing,
+            transient=route.transient,
         )
 
     # -- readiness ------------------------------------------------------------------------------
@@ -160,11 +161,44 @@ class ServiceRuntime:
         return None
 
     async def _store_ready(self) -> str | None:
+        """None while the database answers and every write goes through; else "store unavailable",
+        why, and how many messages JetStream holds for the routes that write (``Route.transient``):
+        they are being retried with back-off, not lost, and are stored once the database is back."""
         if self.engine is None:
             return None
-        async with self.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        return None
+        problem: str | None = None
+        try:
+            async with asyncio.timeout(self.settings.ready_timeout_s * 0.8):
+                async with self.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except TimeoutError:
+            problem = f"no answer within {self.settings.ready_timeout_s * 0.8:g} s"
+        except Exception as err:  # refused, reset, authentication: the store is not there
+            problem = short(err)
+        if problem is None:
+            failing = [c.stats.unavailable for c in self.consumers if c.stats.unavailable is not None]
+            if not failing:
+                return None
+            problem = f"writes fail: {failing[0]}"
+        waiting = await self._waiting()
+        return f"store unavailable ({problem}), {waiting} messages waiting"
+
+    async def _waiting(self) -> str:
+        """Messages not yet stored by the routes that write (pending plus delivered and unacked)."""
+        writers = [c for c in self.consumers if c.transient is not None]
+        if not writers or self.nc is None:
+            return "0"
+        js = self.nc.jetstream()
+
+        async def one(c: Consumer[Any]) -> int:
+            info = await js.consumer_info(stream_name(c.subjects, c.kind), c.durable)
+            return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+        try:
+            counts = await asyncio.wait_for(asyncio.gather(*(one(c) for c in writers)), 0.5)
+        except Exception:  # the bus is slow or gone too: say so rather than fail the check
+            return "an unknown number of"
+        return f"{sum(counts):,}"
 
     async def _running(self) -> str | None:
         if self.stopping:

@@ -11,10 +11,18 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+#: seconds to open a PostgreSQL connection before the attempt counts as the store being unavailable
+CONNECT_TIMEOUT_S = 10.0
+
 
 def create_engine(url: str, echo: bool = False) -> AsyncEngine:
     """An AsyncEngine for ``url``; SQLite connections get foreign keys, WAL and a busy timeout."""
-    engine = create_async_engine(url, echo=echo)
+    connect_args: dict[str, Any] = {}
+    if url.startswith("postgresql+asyncpg"):
+        # asyncpg waits 60 s for a server that does not answer (a network partition, not a refusal):
+        # a recorder's write then holds its batch for a minute instead of going back to JetStream
+        connect_args["timeout"] = CONNECT_TIMEOUT_S
+    engine = create_async_engine(url, echo=echo, connect_args=connect_args)
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine.sync_engine, "connect")
