@@ -17,11 +17,12 @@ from services.adapter_sim.adapter import AdapterRun, run_simulated_cluster
 from services.adapter_sim.pipeline_decider import ProgressHook
 from services.adapter_sim.settings import AdapterSimSettings
 from shared.bus import BusSettings, Publisher, connect, ensure_streams
+from shared.bus.settings import message_limits
 from shared.metrics import WindowMetrics, summarize_window
 from shared.policies import make_policy
 from shared.scheduling.binding import bind_jobs
 from shared.scheduling.result import SimResult
-from shared.schemas import Limits, Subjects
+from shared.schemas import Subjects
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import PreparedWorkload, prepare_workload
 from shared.sim.simulator import Simulator
@@ -75,7 +76,7 @@ async def replay(
         js = nc.jetstream()
         subjects = Subjects(bus.subject_root)
         await ensure_streams(js, subjects, bus)
-        limits = Limits(max_message_bytes=min(bus.max_message_bytes, nc.max_payload))
+        limits = message_limits(bus, nc.max_payload)
         return await run_simulated_cluster(
             js,
             Publisher(js, subjects, limits),

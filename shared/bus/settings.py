@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from shared.config import HyloBaseSettings
+from shared.schemas.limits import DEFAULT_LIMITS, Limits
 
 
 class BusSettings(HyloBaseSettings):
@@ -68,11 +69,47 @@ class BusSettings(HyloBaseSettings):
         description="largest message published or accepted (also capped by the server's max_payload; "
         "an openb snapshot of 1,024 jobs on 1,213 nodes needs more than NATS' default 1 MiB)",
     )
+    max_jobs: int = Field(
+        default=DEFAULT_LIMITS.max_jobs,
+        ge=1,
+        description="pending jobs a snapshot (and every message downstream of it) may hold",
+    )
+    max_running: int = Field(
+        default=DEFAULT_LIMITS.max_running, ge=1, description="running jobs per snapshot"
+    )
+    max_nodes: int = Field(default=DEFAULT_LIMITS.max_nodes, ge=1, description="node states per snapshot")
+    max_table_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_table_bytes,
+        ge=1024,
+        description="decoded bytes of one packed table, checked from its header before inflating",
+    )
+    max_inflate_ratio: int = Field(
+        default=DEFAULT_LIMITS.max_inflate_ratio,
+        ge=1,
+        description="declared bytes of a deflated table per deflated byte (deflate's ceiling is 1032)",
+    )
     consumer_check_s: float = Field(
         default=5.0, gt=0, description="while idle, how often a consumer checks it still exists"
     )
     fetch_batch: int = Field(default=64, ge=1)
     fetch_timeout_s: float = Field(default=0.5, gt=0)
+
+
+def message_limits(settings: BusSettings, max_payload: int) -> Limits:
+    """The limits messages are decoded under: the settings' sizes and counts, the message size
+    also capped by the server's ``max_payload`` (a bigger message could not travel anyway).
+
+    Why settings: a site with 20,000 pending jobs raises ``HYLO_MAX_JOBS`` (with the server's
+    max_payload and ``HYLO_MAX_MESSAGE_BYTES``) without a code change; every service, the replay
+    and the CLI build their limits here, so they all agree."""
+    return Limits(
+        max_message_bytes=min(settings.max_message_bytes, max_payload),
+        max_jobs=settings.max_jobs,
+        max_running=settings.max_running,
+        max_nodes=settings.max_nodes,
+        max_table_bytes=settings.max_table_bytes,
+        max_inflate_ratio=settings.max_inflate_ratio,
+    )
 
 
 def retry_delays(settings: BusSettings) -> list[float]:

@@ -106,8 +106,8 @@ async def _replay(
 ) -> ReplaySummary:
     from services.placer.deadletters import replay_dead_letters
     from shared.bus import BusSettings, connect
+    from shared.bus.settings import message_limits
     from shared.cli.common import migrated_engine
-    from shared.schemas.limits import Limits
     from shared.schemas.subjects import Subjects
     from shared.store.settings import StoreSettings
 
@@ -124,7 +124,7 @@ async def _replay(
         except Exception as err:
             raise fail(f"cannot reach NATS at {bus.nats_url}: {type(err).__name__}: {err}") from None
         try:
-            limits = Limits(max_message_bytes=min(bus.max_message_bytes, nc.max_payload))
+            limits = message_limits(bus, nc.max_payload)
             return await replay_dead_letters(
                 nc.jetstream(), Subjects(bus.subject_root), engine, limits, cluster, on_letter
             )

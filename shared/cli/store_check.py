@@ -27,8 +27,8 @@ from sqlalchemy import text
 
 from shared.bus import BusSettings, connect, stream_name
 from shared.bus.consumer import short
+from shared.bus.settings import message_limits
 from shared.schemas.codec import MessageError, decode
-from shared.schemas.limits import Limits
 from shared.schemas.messages import PlacementDecision
 from shared.schemas.subjects import Subjects
 
@@ -126,7 +126,7 @@ async def expected_rows(
     jobs: set[str] = set()
     try:
         js = nc.jetstream()
-        limits = Limits(max_message_bytes=min(bus.max_message_bytes, nc.max_payload))
+        limits = message_limits(bus, nc.max_payload)
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,

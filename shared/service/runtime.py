@@ -31,10 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from shared.bus.connection import connect
 from shared.bus.consumer import Consumer, Delivery, short
 from shared.bus.publisher import Publisher
-from shared.bus.settings import BusSettings
+from shared.bus.settings import BusSettings, message_limits
 from shared.bus.streams import ensure_streams, stream_name
 from shared.schemas.base import Message
-from shared.schemas.limits import Limits
 from shared.schemas.subjects import Subjects
 from shared.service.app import Check, create_app
 from shared.service.clusters import load_specs
@@ -93,7 +92,7 @@ class ServiceRuntime:
         js = self.nc.jetstream()
         subjects = Subjects(self.bus.subject_root)
         await ensure_streams(js, subjects, self.bus)
-        limits = Limits(max_message_bytes=min(self.bus.max_message_bytes, self.nc.max_payload))
+        limits = message_limits(self.bus, self.nc.max_payload)
         publisher = Publisher(js, subjects, limits)
         if self.definition.needs_store:
             self.engine = create_engine(self.store.database_url, echo=self.store.database_echo)

@@ -11,6 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from shared.bus import BusSettings, connect
+from shared.bus.settings import message_limits
+from shared.schemas.limits import DEFAULT_LIMITS
 from tests.conftest_services import VENV_BIN, _wait_port, free_port
 
 
@@ -22,6 +24,21 @@ def test_settings_come_from_hylo_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert s.nats_url == "nats://a:4222,nats://b:4222" and s.max_deliver == 9
     assert s.nats_token is not None and s.nats_token.get_secret_value() == "s3cret"
     assert "s3cret" not in repr(s)
+
+
+def test_message_limits_are_settings_capped_by_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site with big queues raises HYLO_MAX_JOBS (issue 22, item 1); every decoder's limits come
+    from message_limits, and the message size never passes the server's max_payload."""
+    monkeypatch.setenv("HYLO_MAX_JOBS", "20000")
+    monkeypatch.setenv("HYLO_MAX_TABLE_BYTES", "33554432")
+    monkeypatch.setenv("HYLO_MAX_MESSAGE_BYTES", str(64 << 20))
+    limits = message_limits(BusSettings(), max_payload=8 << 20)
+    assert limits.max_jobs == 20_000 and limits.max_table_bytes == 32 << 20
+    assert limits.max_message_bytes == 8 << 20  # the server's payload limit wins
+    assert message_limits(BusSettings(max_jobs=7), max_payload=1 << 30).max_jobs == 7
+    defaults = message_limits(BusSettings(), max_payload=1 << 30)
+    assert defaults.max_running == DEFAULT_LIMITS.max_running
+    assert defaults.max_inflate_ratio == DEFAULT_LIMITS.max_inflate_ratio
 
 
 @pytest.mark.asyncio
