@@ -27,9 +27,7 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,78 +36,20 @@ from rich.progress import Progress
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
-LEARNED = "learned-greedy"
-ORACLE = "sjf-oracle"
-METRICS = ("wait_mean", "bsld_mean")
-SHORT = {"wait_mean": "wait (s)", "bsld_mean": "BSLD"}
+sys.path.insert(0, str(ROOT / "bench"))
+
+from evaluate_runs import METRICS, SHORT, gain_cell, run_evaluate  # noqa: E402
+
 console = Console()
 
 
 def run_load(args: argparse.Namespace, load: float, out: Path) -> dict[str, Any]:
-    """``hylo evaluate`` at offered load ``load`` into ``out``; its report, or an error record."""
-    out.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "shared.cli.app",
-        "evaluate",
-        "--checkpoint",
-        str(args.checkpoint),
-        "--load",
-        f"{load:g}",
-        "--windows",
-        str(args.windows),
-        "--estimates",
-        args.estimates,
-        "--no-sampled",
-        "--no-plots",
-        "--seed",
-        str(args.seed),
-        "--out",
-        str(out),
-        *([] if args.trace is None else ["--trace", args.trace]),
-        *([] if args.cluster is None else ["--cluster", args.cluster]),
-    ]
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, check=False
-    )
-    (out / "console.txt").write_text(done.stdout + done.stderr)
-    record: dict[str, Any] = {"load": load, "command": command[2:], "seconds": time.perf_counter() - t0}
-    if done.returncode != 0:
-        last = (done.stderr or done.stdout).strip().splitlines()
-        record["error"] = last[-1] if last else f"exit status {done.returncode}"
-        return record
-    report = json.loads((out / "evaluate.json").read_text())
-    record["folder"] = str(out)
-    record["n_windows"] = report["n_windows"]
-    record["metrics"] = {m: metric_row(report, m) for m in METRICS}
-    return record
-
-
-def metric_row(report: dict[str, Any], metric: str) -> dict[str, Any]:
-    """Per metric: the best baseline, its mean, the learned mean and gain [CI] over it, the gap
-    to the oracle and the no-wait share of windows under the best baseline."""
-    policies = report["policies"]
-    best = report["best_baseline"][metric]
-    learned = policies[LEARNED]["metrics"][metric]
-    gain = learned.get("vs_best_baseline") or {}
-    oracle = policies.get(ORACLE, {}).get("metrics", {}).get(metric)
-    return {
-        "best_baseline": best,
-        "best_mean": policies[best]["metrics"][metric]["mean"],
-        "learned_mean": learned["mean"],
-        # None where no window has a difference (e.g. nothing waited): no relative gain exists
-        "gain": gain.get("rel_improvement"),
-        "gain_low": gain.get("rel_low"),
-        "gain_high": gain.get("rel_high"),
-        "oracle_mean": None if oracle is None else oracle["mean"],
-        "no_wait_share": policies[best]["no_wait_share"],
-    }
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.1%}"
+    """``hylo evaluate`` at offered load ``load`` into ``out``: its record (``run_evaluate``)."""
+    options = ["--load", f"{load:g}", "--windows", str(args.windows), "--estimates", args.estimates]
+    options += ["--seed", str(args.seed)]
+    options += [] if args.trace is None else ["--trace", args.trace]
+    options += [] if args.cluster is None else ["--cluster", args.cluster]
+    return {"load": load, **run_evaluate(args.checkpoint, out, options)}
 
 
 def print_table(records: list[dict[str, Any]]) -> None:
@@ -131,7 +71,7 @@ def print_table(records: list[dict[str, Any]]) -> None:
             oracle = "-" if row["oracle_mean"] is None else f"{row['oracle_mean']:.4g}"
             cells += [
                 f"{row['best_baseline']} {row['best_mean']:.4g}",
-                f"{_pct(row['gain'])} [{_pct(row['gain_low'])}, {_pct(row['gain_high'])}]",
+                gain_cell(row),
                 oracle,
             ]
         table.add_row(*cells)
