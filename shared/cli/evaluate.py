@@ -22,6 +22,7 @@ from shared.cli.common import (
 )
 from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import FeatureSchema
+from shared.features.catalog import DEFAULT_FEATURE_SET
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
 from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES, baseline_names, needs_predictions
@@ -72,6 +73,7 @@ def _run_setup(
     load: float | None,
     placement: str | None,
     load_definition: str | None = None,
+    feature_set: str = DEFAULT_FEATURE_SET,
 ) -> RunSetup:
     """How episodes are simulated: each option as given, or else as recorded at training.
 
@@ -106,6 +108,7 @@ def _run_setup(
         else (tl if isinstance(tl := extra.get("load"), float) else None),
         placement=placement or (pl if isinstance(pl := extra.get("placement"), str) else None),
         load_definition=definition,
+        feature_set=feature_set,  # the model's: its features decide whether predictions are attached
     )
 
 
@@ -315,6 +318,7 @@ def evaluate_command(
         load=load,
         placement=placement,
         load_definition=load_definition,
+        feature_set=schema.sampling.feature_set,
     )
     t0 = time.perf_counter()
     work, runner = _load(trace, cluster, info, setup, predictions=needs_predictions(names))

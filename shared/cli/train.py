@@ -16,9 +16,11 @@ from rich.markup import escape
 
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
 from shared.domain.load import DEFAULT_LOAD_DEFINITION
+from shared.features import SamplingConfig
+from shared.features.catalog import DEFAULT_FEATURE_SET, FEATURE_SETS
 from shared.metrics import Window, chronological_split, make_windows
 from shared.model import ModelConfig, save_checkpoint
-from shared.policies import POLICY_NAMES
+from shared.policies import POLICY_NAMES, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric, mean_reward
 from shared.rl.plots import training_curve
@@ -62,6 +64,13 @@ def train_command(
     sampling: Annotated[
         str, typer.Option(help="feature selection: state (the paper's rule) | fixed")
     ] = "state",
+    feature_set: Annotated[
+        str,
+        typer.Option(
+            help=f"the model's feature pool: {' | '.join(FEATURE_SETS)} (predicted: classic + the "
+            "runtime predictor's prediction and band; the workload is then prepared with predictions)"
+        ),
+    ] = DEFAULT_FEATURE_SET,
     learning_rate: Annotated[float, typer.Option(help="Adam learning rate")] = 3e-4,
     update_epochs: Annotated[int, typer.Option(help="passes over each epoch's decisions")] = 4,
     minibatch_size: Annotated[int, typer.Option(help="decisions per minibatch")] = 256,
@@ -119,7 +128,7 @@ def train_command(
 ) -> None:
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
-    _check_names(base_policy, sampling)
+    _check_names(base_policy, sampling, feature_set)
     try:
         spec = RewardSpec.parse(metric)
         cfg = TrainConfig(
@@ -132,7 +141,7 @@ def train_command(
             eval_every=eval_every,
             train_fraction=train_fraction,
             max_minutes=max_minutes,
-            model=ModelConfig(max_queue=max_queue, top_k=top_k or None),
+            model=_model_config(feature_set, max_queue, top_k),
             ppo=PPOConfig(
                 learning_rate=learning_rate,
                 update_epochs=update_epochs,
@@ -149,10 +158,24 @@ def train_command(
     _check_ranges(load, imitation_epochs, imitation_windows, imitate, epochs, placement)
     definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
     setup = RunSetup(
-        base_policy, metric, paper, estimates, warmup, sampling, seed, jobs, load, placement, definition
+        base_policy,
+        metric,
+        paper,
+        estimates,
+        warmup,
+        sampling,
+        seed,
+        jobs,
+        load,
+        placement,
+        definition,
+        feature_set=feature_set,
     )
     t0 = time.perf_counter()
-    work, runner = _load_workload(trace, cluster, setup, spec)
+    # a teacher that orders by the runtime predictions needs them too (the base policy and the
+    # feature set are RunSetup's own reasons: ``RunSetup.needs_predictions``)
+    teacher_predictions = imitate is not None and needs_predictions([imitate])
+    work, runner = _load_workload(trace, cluster, setup, spec, teacher_predictions)
     run = _Run(trace, cluster, setup, spec, cfg, work, runner, imitation_epochs)
     out.mkdir(parents=True, exist_ok=True)
     result, imitation_info = _train_with_progress(run, imitation_windows, imitate)
@@ -173,12 +196,25 @@ class _Run:
     imitation_epochs: int
 
 
-def _check_names(base_policy: str, sampling: str) -> None:
+def _model_config(feature_set: str, max_queue: int, top_k: int) -> ModelConfig:
+    """The model's shape: its input widths are the feature set's observation and critic sizes."""
+    shape = SamplingConfig(feature_set=feature_set)
+    return ModelConfig(
+        obs_features=shape.n_observation,
+        critic_features=shape.n_critic,
+        max_queue=max_queue,
+        top_k=top_k or None,
+    )
+
+
+def _check_names(base_policy: str, sampling: str, feature_set: str) -> None:
     """The names checked first, before the reward and the configs are parsed."""
     if base_policy not in POLICY_NAMES:
         raise fail(f"unknown base policy {base_policy!r}; choose from {', '.join(POLICY_NAMES)}")
     if sampling not in ("state", "fixed"):
         raise fail(f"--sampling must be state or fixed, not {sampling!r}")
+    if feature_set not in FEATURE_SETS:
+        raise fail(f"unknown --feature-set {feature_set!r}; choose from {', '.join(FEATURE_SETS)}")
 
 
 def _check_ranges(
@@ -207,13 +243,13 @@ def _check_ranges(
 
 
 def _load_workload(
-    trace: str | None, cluster: str | None, setup: RunSetup, spec: RewardSpec
+    trace: str | None, cluster: str | None, setup: RunSetup, spec: RewardSpec, predictions: bool = False
 ) -> tuple[PreparedWorkload, EpisodeRunner]:
     """Load the trace and its episode runner, and say what the run trains on."""
     from shared.traces import TraceFormatError, TraceNotFoundError
 
     try:
-        work, runner = load_runner(trace, cluster, setup)
+        work, runner = load_runner(trace, cluster, setup, predictions=predictions)
     except (TraceFormatError, TraceNotFoundError, ValueError) as err:
         raise fail(str(err)) from None
     s = runner.settings
@@ -221,7 +257,8 @@ def _load_workload(
         f"[bold]{escape(work.name)}[/] on [bold]{work.spec.name}[/] ({work.spec.total_gpus:,} GPUs), "
         f"{len(work.bound.jobs):,} jobs; base {setup.base_policy}, reward {spec.describe()}, "
         f"backfill={s.config.backfill}, placement={s.config.placement}, "
-        f"estimates={'oracle' if s.config.oracle_runtimes else setup.estimates}, warm-up {s.warmup} jobs"
+        f"estimates={'oracle' if s.config.oracle_runtimes else setup.estimates}, warm-up {s.warmup} jobs, "
+        f"features {setup.feature_set} ({s.sampling.n_observation} observed of {len(s.schema.job_features)})"
     )
     return work, runner
 
@@ -359,6 +396,7 @@ def _train_log(
             "trace": run.trace,
             "cluster": run.work.spec.name,
             "base_policy": run.setup.base_policy,
+            "feature_set": run.setup.feature_set,
             "metric": run.spec.describe(),
             "sim_config": s.config.model_dump(mode="json"),
             "warmup": s.warmup,

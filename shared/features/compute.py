@@ -13,11 +13,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig, cluster_index, job_index
-from shared.features.views import ClusterView, FloatArray, QueueView
+from shared.features.catalog import (
+    CLUSTER_FEATURES,
+    DEFAULT_FEATURE_SET,
+    JOB_FEATURES,
+    FeatureConfig,
+    FeatureSet,
+    cluster_index,
+    feature_set,
+    job_index,
+)
+from shared.features.views import BoolArray, ClusterView, FloatArray, QueueView
 from shared.features.ways import Ways, distinct_requests, placement_ways
 
-__all__ = ["FeatureValues", "compute_features"]
+__all__ = [
+    "MISSING_BAND",
+    "FeatureValues",
+    "compute_features",
+    "known_predictions",
+    "predicted_urgency",
+    "prediction_columns",
+]
+
+#: ``predicted_band`` of a job without a band (no prediction, or a cold-start one): the widest
+MISSING_BAND = 1.0
 
 _DEFAULT = FeatureConfig()
 
@@ -26,7 +45,8 @@ _DEFAULT = FeatureConfig()
 class FeatureValues:
     """The feature pool of one decision.
 
-    job: [Q, len(JOB_FEATURES)], columns in ``JOB_FEATURES`` order.
+    job: [Q, len(job_names)], columns in ``job_names`` order (the feature set's job features;
+        ``JOB_FEATURES``, the classic set's, by default).
     cluster: [len(CLUSTER_FEATURES)], in ``CLUSTER_FEATURES`` order.
     ways: raw count of nodes each job could use now (drives the sampling rule).
     """
@@ -35,10 +55,15 @@ class FeatureValues:
     cluster: FloatArray
     ways: FloatArray
     now: float
+    job_names: tuple[str, ...] = JOB_FEATURES
 
     def column(self, name: str) -> FloatArray:
         """One per-job feature over the queue."""
-        return self.job[:, job_index(name)]
+        if self.job_names is JOB_FEATURES:
+            return self.job[:, job_index(name)]
+        if name not in self.job_names:
+            raise KeyError(f"unknown job feature {name!r}; known: {', '.join(self.job_names)}")
+        return self.job[:, self.job_names.index(name)]
 
     def cluster_value(self, name: str) -> float:
         """One cluster-level feature."""
@@ -93,10 +118,58 @@ def _released_gpus(
     return out
 
 
+def known_predictions(predicted: FloatArray) -> tuple[BoolArray, FloatArray]:
+    """(known, predicted with -1 where unknown): a prediction is known when finite and >= 0 (NaN
+    is the tables' "none"). The -1 form is what the compiled featurizer reads (its test is
+    ``p >= 0``, false for the sentinel)."""
+    known = np.isfinite(predicted) & (predicted >= 0)
+    return known, np.where(known, predicted, -1.0)
+
+
+def prediction_columns(
+    predicted: FloatArray, low: FloatArray, high: FloatArray, config: FeatureConfig
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The job-alone prediction features (``predicted_time``, ``predicted_band``,
+    ``predicted_known``), one formula for every featurizer (docs/features.md):
+
+    - ``predicted_time`` = L(p), the log time scale of ``requested_time``; 0 when unknown;
+    - ``predicted_band`` = min(1, log(hi / lo) / log(band_ratio_ref)), clipped at 0;
+      ``MISSING_BAND`` (1, the widest) when the band is unknown (no prediction, a cold-start job
+      with NaN bounds, or a bound <= 0);
+    - ``predicted_known`` = 1 when p is known, else 0 (the model's way to tell "missing" from a
+      short prediction).
+    """
+    known, _ = known_predictions(predicted)
+    time = np.where(
+        known, _log_scale(np.where(known, predicted, 0.0), config.time_unit_s, config.horizon_s), 0.0
+    )
+    band_known = known & np.isfinite(low) & np.isfinite(high) & (low > 0) & (high > 0)
+    ratio = np.where(band_known, high, 1.0) / np.where(band_known, low, 1.0)
+    width = np.clip(np.log(ratio) / np.log(config.band_ratio_ref), 0.0, 1.0)
+    band = np.where(band_known, width, MISSING_BAND)
+    return time, band, known.astype(np.float64)
+
+
+def predicted_urgency(wait: FloatArray, sentinel: FloatArray, floor_s: float) -> FloatArray:
+    """``predicted_urgency`` = w / (w + max(p, floor)), ``urgency`` with the prediction in place of
+    the estimate (1 - 1/(predicted bounded slowdown if started now)); 0 when unknown (``sentinel``:
+    ``known_predictions``' -1 form). Elementwise, as the compiled featurizer computes it."""
+    known = sentinel >= 0
+    value = _ratio(wait, wait + np.maximum(np.where(known, sentinel, 0.0), floor_s))
+    out: FloatArray = np.where(known, value, 0.0)
+    return out
+
+
 def compute_features(
-    queue: QueueView, cluster: ClusterView, now: float, config: FeatureConfig = _DEFAULT
+    queue: QueueView,
+    cluster: ClusterView,
+    now: float,
+    config: FeatureConfig = _DEFAULT,
+    features: str | FeatureSet = DEFAULT_FEATURE_SET,
 ) -> FeatureValues:
-    """The per-job and cluster-level features of a decision at time ``now``."""
+    """The per-job and cluster-level features of a decision at time ``now``, for the feature set
+    ``features`` (classic by default: ``JOB_FEATURES``; a set's extra columns follow them)."""
+    pool = feature_set(features) if isinstance(features, str) else features
     q = len(queue)
     n_groups = cluster.n_groups
     if queue.eligible.shape[1] != n_groups:
@@ -121,7 +194,7 @@ def compute_features(
     ways: Ways = placement_ways(queue, cluster, req)
     released = _released_gpus(cluster, now, np.append(est, config.near_horizon_s))
 
-    f = np.empty((q, len(JOB_FEATURES)))
+    f = np.empty((q, len(pool.job_features)))
     col = job_index
     # -- visible job features
     # (capped at 1: only a job larger than its pool, which binding would have excluded, exceeds it)
@@ -164,6 +237,8 @@ def compute_features(
         f[:, col("user_share")] = np.bincount(user, weights=demand)[user] / total_demand
     else:
         f[:, col("user_share")] = 0.0
+    if pool.reads_predictions:
+        _prediction_features(f, pool, queue, wait, config)
 
     c = np.empty(len(CLUSTER_FEATURES))
     c[cluster_index("free_gpus")] = total_free / total_cap if total_cap > 0 else 0.0
@@ -175,4 +250,18 @@ def compute_features(
     c[cluster_index("runnable")] = float(ways.can_now.mean()) if q else 0.0
     near = float(released[q].sum())
     c[cluster_index("future_availability")] = min(near / total_cap, 1.0) if total_cap > 0 else 0.0
-    return FeatureValues(job=f, cluster=c, ways=ways.ways, now=float(now))
+    return FeatureValues(job=f, cluster=c, ways=ways.ways, now=float(now), job_names=pool.job_features)
+
+
+def _prediction_features(
+    f: FloatArray, pool: FeatureSet, queue: QueueView, wait: FloatArray, config: FeatureConfig
+) -> None:
+    """The prediction columns of ``f`` (set ``pool``) from the queue's predictions."""
+    time, band, known = prediction_columns(
+        queue.predicted_s, queue.predicted_lo_s, queue.predicted_hi_s, config
+    )
+    f[:, pool.job_index("predicted_time")] = time
+    f[:, pool.job_index("predicted_band")] = band
+    f[:, pool.job_index("predicted_known")] = known
+    _, sentinel = known_predictions(queue.predicted_s)
+    f[:, pool.job_index("predicted_urgency")] = predicted_urgency(wait, sentinel, config.bsld_floor_s)

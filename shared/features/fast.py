@@ -42,8 +42,21 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
-from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES, FeatureConfig
-from shared.features.compute import FeatureValues, _log_scale, _ratio
+from shared.features.catalog import (
+    CLUSTER_FEATURES,
+    DEFAULT_FEATURE_SET,
+    FeatureConfig,
+    FeatureSet,
+    feature_set,
+)
+from shared.features.compute import (
+    FeatureValues,
+    _log_scale,
+    _ratio,
+    known_predictions,
+    predicted_urgency,
+    prediction_columns,
+)
 from shared.features.fast_ways import PlacementCounts, RequestLevels, _bins, node_table, request_rows
 from shared.features.kernels import N_EXTRA, finish_kernel, kinds_kernel, observe_kernel, released_kernel
 from shared.features.sampling import FeatureSampler, SamplingState, Selection
@@ -59,6 +72,8 @@ _DEFAULT = FeatureConfig()
 
 #: per-job columns that depend on the job alone (and the cluster's fixed shape)
 _STATIC = ("gpus", "gpu_type", "vc", "requested_time", "cpus", "mem", "job_size")
+#: the prediction features that depend on the job alone (a set that reads predictions)
+_STATIC_PREDICTED = ("predicted_time", "predicted_band", "predicted_known")
 _FRAGMENTATION = CLUSTER_FEATURES.index("fragmentation")
 #: job columns the compiled decision leaves to numpy (rarely selected)
 _NUMPY_COLUMNS = frozenset({"user_share"})
@@ -226,10 +241,14 @@ class WorkloadFeaturizer:
         *,
         incremental: bool | None = None,
         all_kinds: bool | None = None,
+        features: str | FeatureSet = DEFAULT_FEATURE_SET,
     ) -> None:
         if jobs.eligible.shape[1] != empty.n_groups:
             raise ValueError(f"eligible has {jobs.eligible.shape[1]} groups, the cluster {empty.n_groups}")
         self.config = config
+        #: the feature set computed (its job features are the columns of ``values``)
+        self.pool = feature_set(features) if isinstance(features, str) else features
+        self._job_names = self.pool.job_features
         self.n_groups = empty.n_groups
         self._init_workload(jobs, empty)
         self._init_static(jobs, empty)
@@ -264,8 +283,9 @@ class WorkloadFeaturizer:
         unit, horizon = self.config.time_unit_s, self.config.horizon_s
         pool_cap, req = self._pool_cap, self._req
         demand, est = jobs.gpu_demand, jobs.est_runtime_s
-        static = np.zeros((len(jobs), len(_STATIC)))
-        col = _STATIC.index
+        names = _STATIC + (_STATIC_PREDICTED if self.pool.reads_predictions else ())
+        static = np.zeros((len(jobs), len(names)))
+        col = names.index
         static[:, col("gpus")] = np.minimum(_ratio(np.log1p(demand), np.log1p(pool_cap)), 1.0)
         static[:, col("gpu_type")] = pool_cap / self._total_cap if self._total_cap > 0 else 0.0
         static[:, col("vc")] = jobs.vc / (jobs.n_vcs - 1) if jobs.n_vcs > 1 else 0.0
@@ -278,8 +298,17 @@ class WorkloadFeaturizer:
             static[:, col("cpus")], static[:, col("mem")] = np.minimum(share, 1.0)
         size = _ratio(np.log1p(demand * est / unit), np.log1p(pool_cap * horizon / unit))
         static[:, col("job_size")] = np.minimum(size, 1.0)
+        # the runtime predictions: static per job, as the estimate (``compute_features``' helpers)
+        _, self._pred_sentinel = known_predictions(jobs.predicted_s)
+        if self.pool.reads_predictions:
+            time, band, known = prediction_columns(
+                jobs.predicted_s, jobs.predicted_lo_s, jobs.predicted_hi_s, self.config
+            )
+            static[:, col("predicted_time")], static[:, col("predicted_band")] = time, band
+            static[:, col("predicted_known")] = known
+        self._static_names = names
         self._static_t = np.ascontiguousarray(static.T)  # a feature's values contiguous: cheap gathers
-        self._static_col = {name: k for k, name in enumerate(_STATIC)}
+        self._static_col = {name: k for k, name in enumerate(names)}
         #: per selection: (position in the observation, row of ``_static_t`` or -1, name) of each column
         self._plans: dict[tuple[int, ...], tuple[tuple[int, int, str], ...]] = {}
         self._demand_share = _ratio(demand, pool_cap)  # demand_supply: each job spread over its pool
@@ -295,7 +324,14 @@ class WorkloadFeaturizer:
         # (exact in the kernel's order)
         self._log1p_int = np.log1p(np.arange(int(empty.node_count.sum()) + 1, dtype=np.float64))
         self._log_horizon = np.log1p(self.config.horizon_s / self.config.time_unit_s)
-        self._static_cols = np.array([JOB_FEATURES.index(name) for name in _STATIC], dtype=np.int64)
+        self._static_cols = np.array(
+            [self.pool.job_index(name) for name in self._static_names], dtype=np.int64
+        )
+        #: ``predicted_urgency``'s column, written by the kernel (-1: the set has none)
+        self._pred_col = (
+            self.pool.job_index("predicted_urgency") if "predicted_urgency" in self._job_names else -1
+        )
+        self._pred_f = np.ascontiguousarray(self._pred_sentinel, dtype=np.float64)
         self._released_exact = bool(
             np.array_equal(demand, np.round(demand)) and float(np.abs(demand).sum()) < 2.0**52
         )
@@ -308,7 +344,7 @@ class WorkloadFeaturizer:
         #: per selection (observation, critic): ``_finish_plan``
         self._finish: dict[tuple[tuple[int, ...], tuple[int, ...]], _FinishPlan] = {}
         self._buffers = (
-            np.empty((0, len(JOB_FEATURES) + N_EXTRA)),
+            np.empty((0, len(self._job_names) + N_EXTRA)),
             np.empty(0),
             np.empty(0),
             np.empty((0, self.n_groups)),
@@ -330,6 +366,8 @@ class WorkloadFeaturizer:
             self._log_ways_empty,
             self._log1p_int,
             self._elig,
+            self._pred_f,
+            self._pred_col,
         )
 
     def _init_kinds(self, jobs: QueueView, empty: ClusterView) -> int:
@@ -413,9 +451,14 @@ class WorkloadFeaturizer:
         self._rows: FloatArray = np.zeros((0, self.n_groups, 3))
 
     @classmethod
-    def for_builder(cls, builder: SimViewBuilder, config: FeatureConfig = _DEFAULT) -> WorkloadFeaturizer:
-        """The featurizer of a ``SimViewBuilder``'s workload and estimates."""
-        return cls(builder.all_jobs(), builder.empty_cluster(), config)
+    def for_builder(
+        cls,
+        builder: SimViewBuilder,
+        config: FeatureConfig = _DEFAULT,
+        features: str | FeatureSet = DEFAULT_FEATURE_SET,
+    ) -> WorkloadFeaturizer:
+        """The featurizer of a ``SimViewBuilder``'s workload, estimates and predictions."""
+        return cls(builder.all_jobs(), builder.empty_cluster(), config, features=features)
 
     def forget(self) -> None:
         """Drop everything kept across decisions (placement counts, per-state values, the last
@@ -432,11 +475,11 @@ class WorkloadFeaturizer:
     ) -> FeatureValues:
         """The whole feature pool; equal to ``compute_features`` on the same decision."""
         d = self._decision(queued, now, cluster, version)
-        job = np.empty((d.q, len(JOB_FEATURES)))
-        for k, name in enumerate(JOB_FEATURES):
+        job = np.empty((d.q, len(self._job_names)))
+        for k, name in enumerate(self._job_names):
             job[:, k] = self._job_column(d, name)
         crit = np.array([self._cluster_value(d, name) for name in CLUSTER_FEATURES], dtype=np.float64)
-        return FeatureValues(job=job, cluster=crit, ways=d.ways, now=float(now))
+        return FeatureValues(job=job, cluster=crit, ways=d.ways, now=float(now), job_names=self._job_names)
 
     def observe(
         self,
@@ -607,7 +650,7 @@ class WorkloadFeaturizer:
         if job_numpy or cluster_numpy:
             bare = self._bare_decision(idx, now, cluster())
             for c in job_numpy:
-                job[:, c] = self._job_column(bare, JOB_FEATURES[c])
+                job[:, c] = self._job_column(bare, self._job_names[c])
             for c in cluster_numpy:
                 clus[c] = self._cluster_value(bare, CLUSTER_FEATURES[c])
         return selection, (job, cols, wait_log, self._log_horizon, pool_demand, clus, critic_cols)
@@ -641,7 +684,7 @@ class WorkloadFeaturizer:
         ``_cluster_value``."""
         inexact = not self._released_exact
         observation, critic = selection.observation, selection.critic
-        names = [JOB_FEATURES[c] for c in observation]
+        names = [self._job_names[c] for c in observation]
         plan: _FinishPlan = (
             np.array(observation, dtype=np.int64),
             np.array(critic, dtype=np.int64),
@@ -675,7 +718,7 @@ class WorkloadFeaturizer:
         if q > len(self._buffers[1]):
             size = max(q, 2 * len(self._buffers[1]))
             self._buffers = (
-                np.empty((size, len(JOB_FEATURES) + N_EXTRA)),
+                np.empty((size, len(self._job_names) + N_EXTRA)),
                 np.empty(size),
                 np.empty(size),
                 np.empty((size, self.n_groups)),
@@ -699,7 +742,7 @@ class WorkloadFeaturizer:
         plan = self._plans.get(observation)
         if plan is None:
             plan = self._plans[observation] = tuple(
-                (k, self._static_col.get(JOB_FEATURES[c], -1), JOB_FEATURES[c])
+                (k, self._static_col.get(self._job_names[c], -1), self._job_names[c])
                 for k, c in enumerate(observation)
             )
         return plan
@@ -891,6 +934,8 @@ class WorkloadFeaturizer:
             group_demand = self._cap_g * (self._demand_share[d.idx] @ elig)
             pool_demand = elig @ group_demand
             return _ratio(pool_demand, pool_demand + self._pool_free_idle(d)[:, 0])
+        if name == "predicted_urgency":
+            return predicted_urgency(self._waits(d), self._pred_sentinel[d.idx], cfg.bsld_floor_s)
         if name == "submit_time":
             submit = self._submit[d.idx]
             oldest = float(submit.min()) if d.q else d.now

@@ -59,6 +59,8 @@ def observe_kernel(
     log_ways_empty: np.ndarray,
     log1p_int: np.ndarray,
     elig: np.ndarray,
+    pred: np.ndarray,
+    pred_col: int,
     free_g: np.ndarray,
     partial_g: np.ndarray,
     total_cap: float,
@@ -88,7 +90,10 @@ def observe_kernel(
     ``log1p``), ``demand_supply``, ``user_share``; ``future_availability`` (job and cluster) only
     when ``released_exact``; cluster ``queue_length`` never (``cluster`` is zeroed first). Also
     gathers ``demand_share[idx]`` and ``elig[idx]`` into ``share_q``, ``elig_q``: the operands
-    of ``demand_supply``'s numpy products (cheaper here than in a call of their own)."""
+    of ``demand_supply``'s numpy products (cheaper here than in a call of their own). With
+    ``pred_col >= 0`` (a feature set with the prediction features) it writes
+    ``predicted_urgency`` there from ``pred`` (the prediction, -1 when unknown: 0 then), as
+    ``compute.predicted_urgency``; the other prediction features are static columns."""
     q = len(idx)
     for i in range(len(cluster)):
         cluster[i] = 0.0
@@ -132,6 +137,13 @@ def observe_kernel(
         u = w / den if den > 0 else 0.0
         urgency[k] = u
         job[k, _URGENCY] = u
+        if pred_col >= 0:
+            p = pred[j]
+            if p >= 0.0:
+                den_p = w + max(p, bsld_floor)
+                job[k, pred_col] = w / den_p if den_p > 0 else 0.0
+            else:
+                job[k, pred_col] = 0.0
         job[k, _CAN_NOW] = 1.0 if can_now[k] else 0.0
         if ways >= multi_ways:
             multi += 1

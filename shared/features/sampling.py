@@ -19,59 +19,54 @@ features are chosen. ``mode="fixed"`` ignores the state (the top of the priority
 ablation). The rule is a pure function of the state; passing a seeded ``numpy`` generator with
 ``explore > 0`` randomizes the non-emphasized picks (Gumbel top-k over the priorities), still
 reproducible from the seed.
+
+The pool is the config's feature set (``SamplingConfig.feature_set``, ``catalog.FEATURE_SETS``),
+which also brings its default ``n_observation`` and priority lists: the ``predicted`` set observes
+12, its four prediction features ranked right after ``wait``, so its observation is the classic
+one of the same state plus those four (docs/features.md, "Feature sets").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.features.catalog import CLUSTER_FEATURES, JOB_FEATURES
+from shared.features.catalog import (
+    CLASSIC_CRITIC_PRIORITY,
+    CLASSIC_PRIORITY,
+    CLUSTER_FEATURES,
+    DEFAULT_FEATURE_SET,
+    FEATURE_SETS,
+    JOB_FEATURES,
+    FeatureSet,
+    feature_set,
+)
 from shared.features.compute import FeatureValues
 from shared.features.views import FloatArray
 
 __all__ = ["FeatureSampler", "SamplingConfig", "SamplingState", "Selection"]
 
-DEFAULT_PRIORITY: tuple[str, ...] = (
-    "wait",
-    "requested_time",
-    "gpus",
-    "can_schedule_now",
-    "demand_supply",
-    "future_availability",
-    "fragmentation",
-    "free_nodes",
-    "urgency",
-    "job_size",
-    "num_ways",
-    "cpus",
-    "mem",
-    "gpu_type",
-    "user_share",
-    "vc",
-    "submit_time",
-)
-
-DEFAULT_CRITIC_PRIORITY: tuple[str, ...] = (
-    "free_gpus",
-    "queue_demand",
-    "runnable",
-    "future_availability",
-    "queue_length",
-    "fragmentation",
-    "mean_urgency",
-)
+#: the classic set's priorities (``shared.features.catalog``), the defaults of ``SamplingConfig``
+DEFAULT_PRIORITY: tuple[str, ...] = CLASSIC_PRIORITY
+DEFAULT_CRITIC_PRIORITY: tuple[str, ...] = CLASSIC_CRITIC_PRIORITY
 
 
 class SamplingConfig(BaseModel):
-    """The sampling rule's parameters. Part of the feature schema (and its hash)."""
+    """The sampling rule's parameters. Part of the feature schema (and its hash).
+
+    ``feature_set`` names the pool the rule picks from (``shared.features.catalog.FEATURE_SETS``);
+    ``n_observation``, ``priority`` and ``critic_priority`` default to that set's. The schema
+    records the set beside the sampling rule, not inside it (``FeatureSchema.to_dict``), so the
+    classic rule's record is what it was before sets existed.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    feature_set: str = DEFAULT_FEATURE_SET
     mode: Literal["state", "fixed"] = "state"
     n_observation: int = Field(default=8, ge=1)
     n_critic: int = Field(default=5, ge=1)
@@ -82,15 +77,38 @@ class SamplingConfig(BaseModel):
     priority: tuple[str, ...] = DEFAULT_PRIORITY
     critic_priority: tuple[str, ...] = DEFAULT_CRITIC_PRIORITY
 
+    @model_validator(mode="before")
+    @classmethod
+    def _set_defaults(cls, data: Any) -> Any:
+        """A set other than classic brings its own defaults for what the caller leaves out."""
+        if isinstance(data, dict):
+            name = data.get("feature_set", DEFAULT_FEATURE_SET)
+            pool = FEATURE_SETS.get(name) if isinstance(name, str) else None
+            if pool is not None and pool.name != DEFAULT_FEATURE_SET:
+                defaults = {
+                    "n_observation": pool.n_observation,
+                    "n_critic": pool.n_critic,
+                    "priority": pool.priority,
+                    "critic_priority": pool.critic_priority,
+                }
+                data = {**defaults, **data}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> SamplingConfig:
-        if sorted(self.priority) != sorted(JOB_FEATURES):
-            raise ValueError("priority must list every job feature exactly once")
-        if sorted(self.critic_priority) != sorted(CLUSTER_FEATURES):
+        pool = feature_set(self.feature_set)  # UnknownFeatureSet (a ValueError) for a bad name
+        if sorted(self.priority) != sorted(pool.job_features):
+            raise ValueError(f"priority must list every job feature of the {pool.name} set exactly once")
+        if sorted(self.critic_priority) != sorted(pool.cluster_features):
             raise ValueError("critic_priority must list every cluster feature exactly once")
-        if self.n_observation > len(JOB_FEATURES) or self.n_critic > len(CLUSTER_FEATURES):
+        if self.n_observation > len(pool.job_features) or self.n_critic > len(pool.cluster_features):
             raise ValueError("cannot select more features than the pool holds")
         return self
+
+    @property
+    def pool(self) -> FeatureSet:
+        """The feature set the rule picks from."""
+        return feature_set(self.feature_set)
 
 
 @dataclass(frozen=True)
@@ -108,19 +126,22 @@ class Selection:
     observation: tuple[int, ...]
     critic: tuple[int, ...]
     emphasized: tuple[str, ...] = ()
+    #: the job and cluster features the indices refer to (the feature set's pool)
+    job_pool: tuple[str, ...] = field(default=JOB_FEATURES, repr=False)
+    cluster_pool: tuple[str, ...] = field(default=CLUSTER_FEATURES, repr=False)
 
     @property
     def observation_names(self) -> tuple[str, ...]:
-        return tuple(JOB_FEATURES[k] for k in self.observation)
+        return tuple(self.job_pool[k] for k in self.observation)
 
     @property
     def critic_names(self) -> tuple[str, ...]:
-        return tuple(CLUSTER_FEATURES[k] for k in self.critic)
+        return tuple(self.cluster_pool[k] for k in self.critic)
 
     @property
     def observation_mask(self) -> npt.NDArray[np.bool_]:
         """Boolean mask over the whole job pool, for models that read the masked pool."""
-        mask = np.zeros(len(JOB_FEATURES), dtype=bool)
+        mask = np.zeros(len(self.job_pool), dtype=bool)
         mask[list(self.observation)] = True
         return mask
 
@@ -152,6 +173,7 @@ class FeatureSampler:
 
     def __init__(self, config: SamplingConfig | None = None) -> None:
         self.config = config or SamplingConfig()
+        self.pool = self.config.pool
         self._cache: dict[tuple[str, ...], Selection] = {}
 
     def state(self, values: FeatureValues) -> SamplingState:
@@ -184,23 +206,28 @@ class FeatureSampler:
         job, critic = self.emphasis(state)
         if rng is None or self.config.explore == 0 or self.config.mode == "fixed":
             return self._selection(job, critic)
-        noise = rng.gumbel(size=len(JOB_FEATURES)) * self.config.explore
+        pool = self.pool
+        noise = rng.gumbel(size=len(pool.job_features)) * self.config.explore
         cfg = self.config
         return Selection(
-            observation=_pick(JOB_FEATURES, cfg.priority, job, cfg.n_observation, noise),
-            critic=_pick(CLUSTER_FEATURES, cfg.critic_priority, critic, cfg.n_critic, None),
+            observation=_pick(pool.job_features, cfg.priority, job, cfg.n_observation, noise),
+            critic=_pick(pool.cluster_features, cfg.critic_priority, critic, cfg.n_critic, None),
             emphasized=job + critic,
+            job_pool=pool.job_features,
+            cluster_pool=pool.cluster_features,
         )
 
     def _selection(self, job: tuple[str, ...], critic: tuple[str, ...]) -> Selection:
         key = (*job, "|", *critic)
         sel = self._cache.get(key)
         if sel is None:
-            cfg = self.config
+            cfg, pool = self.config, self.pool
             sel = Selection(
-                observation=_pick(JOB_FEATURES, cfg.priority, job, cfg.n_observation, None),
-                critic=_pick(CLUSTER_FEATURES, cfg.critic_priority, critic, cfg.n_critic, None),
+                observation=_pick(pool.job_features, cfg.priority, job, cfg.n_observation, None),
+                critic=_pick(pool.cluster_features, cfg.critic_priority, critic, cfg.n_critic, None),
                 emphasized=job + critic,
+                job_pool=pool.job_features,
+                cluster_pool=pool.cluster_features,
             )
             self._cache[key] = sel
         return sel

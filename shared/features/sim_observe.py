@@ -43,6 +43,23 @@ class Unsupported(enum.Enum):
 UNSUPPORTED = Unsupported.UNSUPPORTED
 
 
+#: ``WorkloadFeaturizer.kernel_inputs``: ``observe_kernel``'s per-workload arrays (``static_t`` to
+#: ``pred``) and ``pred_col``
+KernelInputs = tuple[
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    int,
+]
+
 #: ``WorkloadFeaturizer._kernel_req``: ``kinds_kernel``'s histogram width and request arrays
 KindRequests = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -84,7 +101,7 @@ def sim_observe_kernel(
     now: float,
     job_kind: np.ndarray,
     skip_blocked: bool,
-    static: tuple[np.ndarray, ...],
+    static: KernelInputs,
     total_cap: float,
     released_exact: bool,
     unit: float,
@@ -152,7 +169,20 @@ def sim_observe_kernel(
             kind_elig,
             kinds,
         )
-    static_t, static_cols, submit, est, demand, pool_cap, pool_nodes, log_ways_empty, log1p_int, elig = static
+    (
+        static_t,
+        static_cols,
+        submit,
+        est,
+        demand,
+        pool_cap,
+        pool_nodes,
+        log_ways_empty,
+        log1p_int,
+        elig,
+        pred,
+        pred_col,
+    ) = static
     return observe_kernel(
         idx,
         now,
@@ -170,6 +200,8 @@ def sim_observe_kernel(
         log_ways_empty,
         log1p_int,
         elig,
+        pred,
+        pred_col,
         free_g,
         partial_g,
         total_cap,

@@ -117,6 +117,8 @@ class SimViewBuilder:
         self._gpus, self._milli = jobs.gpus, jobs.gpu_milli
         self._cpus, self._mem = jobs.cpus_milli, jobs.mem_mib
         self._submit, self._user, self._vc = jobs.submit, jobs.user, jobs.vc
+        # the runtime predictor's columns (NaN = none: a workload prepared without predictions)
+        self._pred, self._pred_lo, self._pred_hi = jobs.predicted, jobs.predicted_lo, jobs.predicted_hi
         self._n_vcs = max(len(jobs.vcs), int(jobs.vc.max()) + 1 if len(jobs) else 1)
         types = spec.gpu_types
         self._type_names = types
@@ -152,6 +154,9 @@ class SimViewBuilder:
             vc=self._vc[idx],
             eligible=self._elig[idx],
             n_vcs=self._n_vcs,
+            predicted_s=self._pred[idx],
+            predicted_lo_s=self._pred_lo[idx],
+            predicted_hi_s=self._pred_hi[idx],
             check_values=self._check,
         )
 

@@ -45,6 +45,10 @@ def _floats(name: str, values: npt.ArrayLike, n: int, check: bool) -> FloatArray
     return arr
 
 
+#: a prediction column not given: all NaN (no prediction) for every job
+_NOT_GIVEN: FloatArray = np.empty(0)
+
+
 def _require(ok: bool | np.bool_, message: str) -> None:
     if not ok:
         raise ValueError(message)
@@ -67,6 +71,11 @@ class QueueView:
         eligible: boolean matrix [Q, n_groups]: node groups each job may run on (allowed GPU type,
             partition, fits an empty node of the group). Every row needs at least one True.
         n_vcs: number of VC codes (for the VC feature's normalization).
+        predicted_s, predicted_lo_s, predicted_hi_s: the runtime predictor's prediction and its
+            band (seconds; ``JobTable.predicted``...), read only by the ``predicted`` feature set.
+            NaN (or not given: all NaN) = no prediction, a value the features mark missing, never
+            an error: a trace without predictions, a cold-start job without a band, and the
+            production snapshots (which carry none) are all usable.
 
     Shapes are always checked; ``check_values=False`` skips the value checks, for callers whose
     arrays are valid by construction (the simulator) and pay for every microsecond.
@@ -82,6 +91,9 @@ class QueueView:
     vc: IntArray
     eligible: BoolArray
     n_vcs: int = 1
+    predicted_s: FloatArray = field(default_factory=lambda: _NOT_GIVEN)
+    predicted_lo_s: FloatArray = field(default_factory=lambda: _NOT_GIVEN)
+    predicted_hi_s: FloatArray = field(default_factory=lambda: _NOT_GIVEN)
     #: derived: GPUs used while running, a fractional share counting as its fraction
     gpu_demand: FloatArray = field(init=False, repr=False, compare=False)
     check_values: InitVar[bool] = True
@@ -95,6 +107,9 @@ class QueueView:
             set_(self, name, _ints(name, getattr(self, name), q))
         for name in ("est_runtime_s", "submit_s"):
             set_(self, name, _floats(name, getattr(self, name), q, check_values))
+        for name in ("predicted_s", "predicted_lo_s", "predicted_hi_s"):
+            given = getattr(self, name)
+            set_(self, name, np.full(q, np.nan) if given is _NOT_GIVEN else _floats(name, given, q, False))
         elig = np.asarray(self.eligible, dtype=bool)
         if elig.ndim != 2 or elig.shape[0] != q:
             raise ValueError(f"eligible must have shape ({q}, n_groups), got {elig.shape}")
@@ -109,6 +124,13 @@ class QueueView:
         _require(self.cpus_milli.min() >= 0, "cpus_milli must be filled in (>= 0)")
         _require(self.mem_mib.min() >= 0, "mem_mib must be filled in (>= 0)")
         _require(self.est_runtime_s.min() >= 0, "est_runtime_s must be >= 0")
+        for name in ("predicted_s", "predicted_lo_s", "predicted_hi_s"):
+            values = getattr(self, name)
+            given = values[~np.isnan(values)]
+            _require(
+                bool(np.isfinite(given).all()) and (len(given) == 0 or given.min() >= 0),
+                f"{name} must be >= 0 and finite where given (NaN = no prediction)",
+            )
         _require(self.user.min() >= 0, "user codes must be >= 0")
         _require(self.n_vcs >= 1, "n_vcs must be >= 1")
         _require(

@@ -54,6 +54,11 @@ class ActorCritic(nn.Module):
         cfg = self.config
         self.actor = mlp(cfg.obs_features, cfg.actor_hidden, 1, cfg.activation, out_std=0.01)
         self.critic = mlp(cfg.critic_input_dim, cfg.critic_hidden, 1, cfg.activation, out_std=1.0)
+        #: the sampling rule (``shared.features.SamplingConfig``: feature set included) of the card
+        #: the weights were loaded from (``shared.rl.setup.load_trained``); None for a model built
+        #: here. Why: the model's inputs are that rule's columns, so a runner set up without the
+        #: card's feature set still feeds it its own (``EpisodeRunner.sampling_for``)
+        self.trained_sampling: object | None = None
 
     # -- inputs -----------------------------------------------------------------------------------
 

@@ -109,10 +109,30 @@ class EpisodeRunner:
         """The agent for ``window``: the base policy until the window's first submit."""
         warm_until = float(self.workload.jobs.submit[window.start])
         base = make_policy(base_policy or self.settings.base_policy)
-        sampler = FeatureSampler(self.settings.sampling)
+        sampler = FeatureSampler(self.sampling_for(model))
         return LearnedPolicy(
             model, base, mode=mode, warm_until=warm_until, sampler=sampler, generator=generator
         )
+
+    def sampling_for(self, model: ActorCritic) -> SamplingConfig:
+        """The sampling rule ``model`` is run with: the settings', unless the model was loaded from
+        a card of another feature set (``ActorCritic.trained_sampling``), whose rule it then gets:
+        its inputs are that set's columns. A set that reads the runtime predictions needs a
+        workload prepared with them; one without any is refused (its features would all read
+        "missing", unlike the model's training), naming what to do."""
+        own = self.settings.sampling
+        trained = model.trained_sampling
+        if not isinstance(trained, SamplingConfig) or trained.feature_set == own.feature_set:
+            return own
+        jobs = self.workload.jobs
+        if trained.pool.reads_predictions and len(jobs) and not np.isfinite(jobs.predicted).any():
+            raise ValueError(
+                f"the model's feature set {trained.feature_set!r} reads the runtime predictions, and "
+                "this workload was prepared without them: prepare it with predictions "
+                "(RunSetup(feature_set=...), or a predictor-based baseline such as sjf-pred among "
+                "hylo evaluate's --policies)"
+            )
+        return trained
 
     def run(
         self, model: ActorCritic, window: Window, mode: Mode = "sample", seed: int = 0, stages: bool = False

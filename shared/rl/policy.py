@@ -59,6 +59,7 @@ import torch
 
 from shared.domain.jobs import FloatArray, IntArray
 from shared.features import FeatureConfig, FeatureSampler, RunningJobs, SimViewBuilder
+from shared.features.catalog import FeatureSet
 from shared.features.fast import Observation, WorkloadFeaturizer
 from shared.features.kernels import finish_kernel
 from shared.features.sim_observe import UNSUPPORTED, SimObserver
@@ -102,26 +103,28 @@ class DecisionLog:
 #: whose caches are keyed by version
 _VERSIONS = itertools.count(1)
 
-_FEATURIZERS: list[tuple[BoundWorkload, np.ndarray, FeatureConfig, SimViewBuilder, WorkloadFeaturizer]] = []
+_FEATURIZERS: list[
+    tuple[BoundWorkload, np.ndarray, FeatureConfig, FeatureSet, SimViewBuilder, WorkloadFeaturizer]
+] = []
 _OBSERVERS: list[SimObserver] = []
 
 
 def _views(
-    workload: BoundWorkload, estimate: np.ndarray, config: FeatureConfig
+    workload: BoundWorkload, estimate: np.ndarray, config: FeatureConfig, pool: FeatureSet
 ) -> tuple[SimViewBuilder, WorkloadFeaturizer]:
-    """The view builder and featurizer of a workload and its estimates, built once for every
-    episode over them: a training run simulates the same workload hundreds of times, and both are
-    per-job precomputations (on Philly's 82,247 jobs the builder alone took 1.2 ms an episode,
-    about 60 us per recorded decision). Estimates are compared by value (each simulation passes a
-    new array)."""
+    """The view builder and featurizer of a workload, its estimates and a feature set, built once
+    for every episode over them: a training run simulates the same workload hundreds of times,
+    and both are per-job precomputations (on Philly's 82,247 jobs the builder alone took 1.2 ms an
+    episode, about 60 us per recorded decision). Estimates are compared by value (each simulation
+    passes a new array)."""
     est = np.asarray(estimate, dtype=np.float64)
-    for w, e, c, builder, fz in _FEATURIZERS:
-        if w is workload and c == config and np.array_equal(e, est):
+    for w, e, c, p, builder, fz in _FEATURIZERS:
+        if w is workload and c == config and p == pool and np.array_equal(e, est):
             return builder, fz
     builder = SimViewBuilder(workload, est)
-    fz = WorkloadFeaturizer.for_builder(builder, config)
+    fz = WorkloadFeaturizer.for_builder(builder, config, pool)
     fz.ends_sorted = True  # the policy's RunningJobs keeps them sorted
-    _FEATURIZERS.insert(0, (workload, est.copy(), config, builder, fz))
+    _FEATURIZERS.insert(0, (workload, est.copy(), config, pool, builder, fz))
     del _FEATURIZERS[4:]
     return builder, fz
 
@@ -176,6 +179,12 @@ class LearnedPolicy(Policy):
         self.mode = mode
         self.warm_until = warm_until
         self.sampler = sampler or FeatureSampler()
+        if model is not None and model.config.obs_features != self.sampler.config.n_observation:
+            raise ValueError(
+                f"the model takes {model.config.obs_features} observation features, the sampler's "
+                f"feature set {self.sampler.config.feature_set!r} gives {self.sampler.config.n_observation}: "
+                "run it with the feature set and sampling rule of its card"
+            )
         self.feature_config = feature_config or FeatureConfig()
         self.generator = generator
         self.record = mode == "sample" if record is None else record
@@ -203,7 +212,9 @@ class LearnedPolicy(Policy):
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         self.base.bind(ctx)
-        self.builder, self.featurizer = _views(ctx.workload, ctx.estimate, self.feature_config)
+        self.builder, self.featurizer = _views(
+            ctx.workload, ctx.estimate, self.feature_config, self.sampler.pool
+        )
         self.est = ctx.estimate
 
     def attach(self, state: ClusterState, allocs: Mapping[int, Alloc]) -> None:

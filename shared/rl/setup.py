@@ -5,6 +5,11 @@ The checkpoint card records the feature schema (``shared.features.FeatureSchema`
 constants, sampling rule) and its hash. Loading recomputes the hash this code gives for the card's
 sampling rule and refuses the checkpoint when it differs (``SchemaMismatchError``): a model fed
 features it was not trained on would still rank jobs, just meaninglessly.
+
+The feature set (``shared.features.catalog.FEATURE_SETS``) is part of that schema: ``RunSetup``
+chooses it for training (``hylo train --feature-set``), the card records it (a card without it is
+``classic``), and a set that reads the runtime predictor's columns makes ``load_runner`` prepare
+the workload with predictions.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from shared.domain.load import (
     DEFAULT_LOAD_DEFINITION,
@@ -22,6 +27,7 @@ from shared.domain.load import (
     check_definition,
 )
 from shared.features import FeatureSampler, FeatureSchema, FeatureSchemaMismatch, SamplingConfig
+from shared.features.catalog import DEFAULT_FEATURE_SET, FEATURE_SETS, feature_set
 from shared.model import (
     ActorCritic,
     CardFeatures,
@@ -31,6 +37,7 @@ from shared.model import (
     load_checkpoint,
     read_card,
 )
+from shared.model.checkpoint import CARD_FILE
 from shared.policies import needs_predictions
 from shared.rl.episodes import EpisodeRunner, EpisodeSettings
 from shared.rl.reward import RewardSpec
@@ -53,6 +60,16 @@ class RunSetup:
     target_load: float | None = None  # rescale arrivals to this offered load (None: as generated)
     placement: str | None = None  # None: the setting's default (best-fit; the paper's first-fit)
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION  # what target_load means
+    feature_set: str = DEFAULT_FEATURE_SET  # the model's feature pool (shared.features.catalog)
+
+    def __post_init__(self) -> None:
+        feature_set(self.feature_set)  # UnknownFeatureSet (a ValueError) naming the known sets
+
+    @property
+    def needs_predictions(self) -> bool:
+        """Whether the workload needs the runtime predictions: the feature set reads them, or
+        the base policy orders by them."""
+        return feature_set(self.feature_set).reads_predictions or needs_predictions([self.base_policy])
 
     def sim_config(self) -> SimConfig:
         config = SimConfig.paper() if self.paper else SimConfig(oracle_runtimes=self.estimates == "oracle")
@@ -67,7 +84,9 @@ class RunSetup:
             reward=RewardSpec.parse(self.metric),
             config=self.sim_config(),
             warmup=warmup,
-            sampling=SamplingConfig(mode="fixed" if self.sampling == "fixed" else "state"),
+            sampling=SamplingConfig(
+                feature_set=self.feature_set, mode="fixed" if self.sampling == "fixed" else "state"
+            ),
         )
 
 
@@ -75,7 +94,8 @@ def load_runner(
     trace: str | None, cluster: str | None, setup: RunSetup, *, predictions: bool = False
 ) -> tuple[PreparedWorkload, EpisodeRunner]:
     """Load and bind the trace, and the episode runner over it; with the runtime predictions
-    when ``predictions`` (baselines that need them) or the base policy orders by them."""
+    when ``predictions`` (baselines that need them), the base policy orders by them or the
+    feature set reads them (``RunSetup.needs_predictions``)."""
     work = prepare_workload(
         trace,
         cluster,
@@ -84,7 +104,7 @@ def load_runner(
         estimates=setup.estimates,
         target_load=setup.target_load,
         load_definition=setup.load_definition,
-        predictions=predictions or needs_predictions([setup.base_policy]),
+        predictions=predictions or setup.needs_predictions,
     )
     return work, EpisodeRunner(work.bound, setup.episode_settings(), work.exclusions)
 
@@ -138,19 +158,62 @@ def trained_load_definition(info: TrainingInfo) -> LoadDefinition:
     return check_definition(str(recorded))  # a ValueError naming the choices if unknown
 
 
-def expected_schema(card: ModelCard) -> FeatureSchema:
-    """This code's feature schema under the sampling rule the card was trained with."""
+def expected_schema(card: ModelCard, source: str | Path | None = None) -> FeatureSchema:
+    """This code's feature schema for the feature set and sampling rule the card was trained with
+    (a card that records no set: ``classic``, every card before sets existed).
+
+    A set this code does not know, or features it cannot compute in the card's set, raise a
+    one-line ``SchemaMismatchError`` naming the card (``source``, else "the checkpoint card") and
+    the features, before any hash is compared."""
+    where = str(source) if source is not None else "the checkpoint card"
     recorded: Any = card.training.extra.get("feature_schema")
-    sampling = SamplingConfig()
-    if isinstance(recorded, dict) and isinstance(recorded.get("sampling"), dict):
-        sampling = SamplingConfig.model_validate(recorded["sampling"])
+    recorded = recorded if isinstance(recorded, dict) else {}
+    name: Any = recorded.get("feature_set", DEFAULT_FEATURE_SET)
+    named = _named_features(card, recorded)
+    if not isinstance(name, str) or name not in FEATURE_SETS:
+        raise SchemaMismatchError(
+            f"{where}: trained on feature set {name!r}, which this code does not know (known: "
+            f"{', '.join(FEATURE_SETS)}); its features: {', '.join(named)}"
+        )
+    pool = FEATURE_SETS[name]
+    unknown = [f for f in named if f not in pool.job_features and f not in pool.cluster_features]
+    if unknown:
+        raise SchemaMismatchError(
+            f"{where}: trained on features this code cannot compute in feature set {name!r}: "
+            f"{', '.join(unknown)}"
+        )
+    sampling_data = recorded.get("sampling")
+    try:
+        sampling = SamplingConfig.model_validate(
+            {**(sampling_data if isinstance(sampling_data, dict) else {}), "feature_set": name}
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise SchemaMismatchError(
+            f"{where}: its sampling rule is not one this code runs: {first['loc']}: {first['msg']}"
+        ) from None
     return FeatureSchema.current(sampling=sampling)
+
+
+def _named_features(card: ModelCard, recorded: dict[str, Any]) -> list[str]:
+    """Every feature name the card mentions (its observation and critic, the recorded schema's
+    pools and priority lists), once each, in order."""
+    names: list[str] = [*card.features.obs, *card.features.critic]
+    sampling = recorded.get("sampling")
+    for part in (
+        recorded.get("job_features"),
+        recorded.get("cluster_features"),
+        *((sampling.get("priority"), sampling.get("critic_priority")) if isinstance(sampling, dict) else ()),
+    ):
+        if isinstance(part, list):
+            names += [str(f) for f in part]
+    return list(dict.fromkeys(names))
 
 
 def load_trained(directory: str | Path) -> tuple[ActorCritic, ModelCard, FeatureSchema]:
     """Load a checkpoint, refusing one whose feature schema this code does not produce."""
     card = read_card(directory)
-    schema = expected_schema(card)
+    schema = expected_schema(card, Path(directory) / CARD_FILE)
     try:
         model, card = load_checkpoint(directory, expected_schema_hash=schema.hash)
     except SchemaMismatchError as err:
@@ -161,4 +224,5 @@ def load_trained(directory: str | Path) -> tuple[ActorCritic, ModelCard, Feature
             except (FeatureSchemaMismatch, KeyError, ValueError) as diff:
                 raise SchemaMismatchError(f"{err}; {diff}") from None
         raise
+    model.trained_sampling = schema.sampling  # the card's rule travels with its weights
     return model, card, schema

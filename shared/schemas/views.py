@@ -644,6 +644,11 @@ def snapshot_views(
         vc=np.array(vc, dtype=np.int64),
         eligible=eligible,
         n_vcs=max(1, len(vc_names)),
+        # a snapshot carries no runtime predictions (its message schema has none): the
+        # ``predicted`` feature set reads every job's as missing (``QueueView``: NaN = none)
+        predicted_s=np.full(len(eligible), np.nan),
+        predicted_lo_s=np.full(len(eligible), np.nan),
+        predicted_hi_s=np.full(len(eligible), np.nan),
     )
     # one pass over the running jobs (thousands of them on a big cluster): a job's group is its first
     # node's, found from the node's slot (groups' slots are consecutive)

@@ -10,20 +10,36 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_features_ways import scenarios, start_some
 
 from shared.domain.jobs import build_table
 from shared.features import FeatureSampler, SamplingConfig, SimViewBuilder, compute_features
+from shared.features.catalog import PREDICTED
 from shared.features.fast import WorkloadFeaturizer
 from shared.features.ways import _node_states, _whole_gpu_fit, distinct_requests, request_ways
 from shared.scheduling.binding import BoundWorkload, bind_jobs
 from shared.scheduling.state import ClusterState
 
 
+def _predictions(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Runtime predictions as ``attach_predictions`` leaves them, every case mixed: a prediction
+    with its band, a cold-start one (no band: NaN bounds), and none at all (NaN)."""
+    predicted = rng.choice([1.0, 45.0, 600.0, 7_200.0, 2e6], n)
+    low = predicted / rng.choice([1.0, 1.5, 20.0, 5e3], n)
+    high = predicted * rng.choice([1.0, 2.0, 30.0], n)
+    kind = rng.integers(0, 3, n)  # 0: full, 1: cold start, 2: none
+    low[kind > 0] = high[kind > 0] = np.nan
+    predicted[kind == 2] = np.nan
+    return {"predicted": predicted, "predicted_lo": low, "predicted_hi": high}
+
+
 def _filled(
-    scenario: tuple,
-) -> tuple[BoundWorkload, ClusterState, list[int], list[int], np.random.Generator] | None:  # type: ignore[type-arg]
-    """The scenario's workload, bound, and a cluster state filled with some of its jobs."""
+    scenario: tuple,  # type: ignore[type-arg]
+    predictions: bool = False,
+) -> tuple[BoundWorkload, ClusterState, list[int], list[int], np.random.Generator] | None:
+    """The scenario's workload, bound, and a cluster state filled with some of its jobs; with
+    ``predictions``, the jobs carry runtime predictions (``_predictions``; drawn after the rest)."""
     spec, rows, n_running, slack, seed = scenario
     n = len(rows["gpus"])
     rng = np.random.default_rng(seed)
@@ -43,6 +59,8 @@ def _filled(
         vc=rng.integers(0, 3, n).tolist(),
         vcs=["a", "b", "c"],
     )
+    if predictions:
+        table = table.with_fields(**_predictions(n, rng))
     bound = bind_jobs(table, spec, node_slack=slack)
     if len(bound.jobs) == 0:
         return None
@@ -81,6 +99,48 @@ def test_featurizer_equals_compute_features_exactly(scenario: tuple) -> None:  #
             assert np.array_equal(o.obs, obs.astype(np.float32))
             assert np.array_equal(o.critic, critic.astype(np.float32))
             assert np.array_equal(o.can_now, reference.column("can_schedule_now") == 1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.booleans())
+def test_predicted_set_equals_compute_features_exactly(scenario: tuple, predictions: bool) -> None:  # type: ignore[type-arg]
+    """The ``predicted`` set: the featurizer's pool and observations are ``compute_features``'s,
+    with the workload's predictions (every kind: banded, cold start, none) and without any."""
+    filled = _filled(scenario, predictions)
+    if filled is None:
+        return
+    bound, state, running, run_group, rng = filled
+    jobs = bound.jobs
+    builder = SimViewBuilder(bound, jobs.estimate)
+    featurizer = WorkloadFeaturizer.for_builder(builder, features="predicted")
+    now = float(rng.uniform(0, 6_000))
+    ends = np.sort(now + rng.uniform(-50, 5_000, len(running)))
+    cv = builder.cluster_view(state, running, run_group, ends)
+    for _ in range(3):
+        queued = rng.permutation(len(jobs))[: int(rng.integers(1, len(jobs) + 1))]
+        reference = compute_features(builder.queue_view(queued), cv, now, features="predicted")
+        assert reference.job.shape == (len(queued), len(PREDICTED.job_features))
+        classic = compute_features(builder.queue_view(queued), cv, now)
+        assert np.array_equal(reference.job[:, : classic.job.shape[1]], classic.job)  # classic + 4
+        if not predictions:
+            assert not reference.column("predicted_known").any()
+        for version in (None, 7, 7):
+            values = featurizer.values(queued, now, cv, version)
+            assert values.job_names == PREDICTED.job_features
+            assert np.array_equal(values.job, reference.job)
+            assert np.array_equal(values.cluster, reference.cluster)
+        for sampling in (
+            SamplingConfig(feature_set="predicted"),
+            SamplingConfig(feature_set="predicted", mode="fixed"),
+            SamplingConfig(feature_set="predicted", n_observation=21, n_critic=7),
+        ):
+            sampler = FeatureSampler(sampling)
+            selection = sampler.select(reference)
+            obs, critic = selection.apply(reference)
+            o = featurizer.observe(queued, now, cv, sampler)
+            assert o.selection == selection
+            assert np.array_equal(o.obs, obs.astype(np.float32))
+            assert np.array_equal(o.critic, critic.astype(np.float32))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -68,6 +68,50 @@ def test_compiled_observe_equals_the_numpy_path(scenario: tuple, mode: tuple) ->
                     _same(got, want)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from([(None, None), (True, False), (False, True)]), st.booleans())
+def test_compiled_observe_equals_the_numpy_path_on_the_predicted_set(
+    scenario: tuple,  # type: ignore[type-arg]
+    mode: tuple,  # type: ignore[type-arg]
+    predictions: bool,
+) -> None:
+    """The ``predicted`` set's columns (``predicted_urgency`` from the kernel, the others static),
+    with and without the workload's predictions, every job and cluster feature selected too."""
+    filled = _filled(scenario, predictions)
+    if filled is None:
+        return
+    bound, state, running, run_group, rng = filled
+    builder = SimViewBuilder(bound, bound.jobs.estimate)
+    incremental, all_kinds = mode
+    fast, slow = (
+        WorkloadFeaturizer(
+            builder.all_jobs(),
+            builder.empty_cluster(),
+            incremental=incremental,
+            all_kinds=all_kinds,
+            features="predicted",
+        )
+        for _ in range(2)
+    )
+    slow.compiled = False
+    now = float(rng.uniform(0, 6_000))
+    ends = np.sort(now + rng.uniform(-50, 5_000, len(running)))
+    cv = builder.cluster_view(state, running, run_group, ends)
+    samplers = [
+        FeatureSampler(SamplingConfig(feature_set="predicted")),
+        FeatureSampler(SamplingConfig(feature_set="predicted", mode="fixed")),
+        FeatureSampler(SamplingConfig(feature_set="predicted", n_observation=21, n_critic=7)),
+    ]
+    for _ in range(3):
+        queued = rng.permutation(len(bound.jobs))[: int(rng.integers(1, len(bound.jobs) + 1))]
+        for version in (None, 3, 3):
+            for sampler in samplers:
+                for skip in (False, True):
+                    got = fast.observe_unless_blocked(queued, now, cv, sampler, version, skip)
+                    want = slow.observe_unless_blocked(queued, now, cv, sampler, version, skip)
+                    _same(got, want)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_kinds_kernel_equals_the_numpy_counts(scenario: tuple) -> None:  # type: ignore[type-arg]

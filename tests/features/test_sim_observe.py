@@ -17,12 +17,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_fast_ways import _Run
 from test_features_fast import _filled
 from test_features_ways import scenarios
 
 from shared.domain.cluster import parse_cluster_spec
-from shared.features import FeatureSampler, RunningJobs, SimViewBuilder
+from shared.features import FeatureSampler, RunningJobs, SamplingConfig, SimViewBuilder
 from shared.features.fast import Observation, WorkloadFeaturizer
 from shared.features.sim_observe import UNSUPPORTED, SimObserver
 
@@ -47,22 +48,25 @@ def _same(a: Observation | None, b: Observation | None) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario=scenarios())
-def test_fused_observation_equals_the_views(scenario: tuple) -> None:  # type: ignore[type-arg]
-    filled = _filled(scenario)
+@given(scenario=scenarios(), features=st.sampled_from(["classic", "predicted", "predicted+none"]))
+def test_fused_observation_equals_the_views(scenario: tuple, features: str) -> None:  # type: ignore[type-arg]
+    """Also for the ``predicted`` feature set, with the workload's predictions and without any
+    ("predicted+none")."""
+    filled = _filled(scenario, predictions=features == "predicted")
     if filled is None:
         return
+    pool = features.split("+")[0]
     bound, state, _, _, rng = filled
     builder = SimViewBuilder(bound, bound.jobs.estimate)
     featurizer = WorkloadFeaturizer(
-        builder.all_jobs(), builder.empty_cluster(), incremental=False, all_kinds=True
+        builder.all_jobs(), builder.empty_cluster(), incremental=False, all_kinds=True, features=pool
     )
     featurizer.ends_sorted = True
-    reference = WorkloadFeaturizer.for_builder(builder)
+    reference = WorkloadFeaturizer.for_builder(builder, features=pool)
     reference.compiled = False  # numpy's expressions
     observer = SimObserver(builder, featurizer)
     assert observer.usable
-    sampler = FeatureSampler()
+    sampler = FeatureSampler(SamplingConfig(feature_set=pool))
     run = _Run(bound, state, int(rng.integers(2**31)))
     now = 0.0
     for step in range(12):

@@ -119,3 +119,9 @@ def test_load_rescales_the_training_workload() -> None:
     span = lambda w: float(w.bound.jobs.submit.max() - w.bound.jobs.submit.min())  # noqa: E731
     assert len(loaded.bound.jobs) == len(natural.bound.jobs)
     assert span(loaded) != span(natural)  # arrivals moved to offer load 0.9
+
+
+def test_train_refuses_an_unknown_feature_set(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", "--feature-set", "nope", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "unknown --feature-set 'nope'; choose from classic, predicted" in result.output
