@@ -10,7 +10,16 @@ State kept between calls, and why:
   failed or malformed poll raises and leaves it untouched, so the previous good state is kept;
 - the priorities sent since that poll (a decision applied twice sends nothing the second time);
 - the newest decision sequence applied: an older decision arriving late is ignored;
-- the jobs whose priority Hylo set (to hand them back on shutdown, when configured).
+- the priorities Hylo wrote (``written``, job id -> value), narrowed by every poll
+  (``lease.reconcile``): only those jobs keep their values in the next plan, and only those are
+  handed back, on a graceful stop or by the fail-safe watchdog.
+
+The fail-safe lease (``lease.py``): every admitted decision first writes the lease file, renewing it
+and recording the priorities about to be written, then sends them. A decision whose lease cannot be
+written is not applied (it raises, and the bus redelivers it): a priority the watchdog does not know
+of would outlive Hylo. At start the adapter takes over the record of the lease it finds, so a
+restarted adapter still covers what its predecessor wrote. In a dry run, or with
+``HYLO_SLURM_FAILSAFE_AFTER_S=0``, there is no lease.
 
 ``SlurmAdapter`` is the Slurm implementation of the cluster-adapter contract
 (``shared.service.cluster_adapter.ClusterAdapter``: ``observe``, ``apply``, ``outcomes``,
@@ -24,13 +33,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from services.adapter_slurm.apply import ApplyReport, apply_plan, release_argvs
+from services.adapter_slurm.apply import ApplyReport, apply_plan
 from services.adapter_slurm.commands import CommandRunner, SlurmCommandError
+from services.adapter_slurm.handback import hand_back
+from services.adapter_slurm.lease import Lease, LeaseError, lease_owner, read_lease, reconcile, write_lease
 from services.adapter_slurm.model import SlurmJob, SlurmNodes, SlurmQueue
 from services.adapter_slurm.outcomes import OutcomeTracker
 from services.adapter_slurm.parse_json import parse_sinfo_json, parse_squeue_json
 from services.adapter_slurm.parse_text import SINFO_ARGS, SQUEUE_ARGS, parse_sinfo_text, parse_squeue_text
-from services.adapter_slurm.priorities import PriorityBand, plan_updates
+from services.adapter_slurm.priorities import Plan, PriorityBand, plan_updates
 from services.adapter_slurm.settings import SlurmAdapterSettings
 from services.adapter_slurm.snapshot import GroupResolver, JobFilter, build_snapshot
 from shared.domain.cluster import ClusterSpec
@@ -92,10 +103,17 @@ class SlurmAdapter:
         self.tracker = OutcomeTracker(self.cluster, self.runner, accounting=settings.slurm_accounting)
         self.jobs: dict[str, SlurmJob] = {}
         self.sent: dict[str, int] = {}
-        self.managed: set[str] = set()
+        #: job id -> the priorities Hylo wrote and may still be in place (one, after a poll)
+        self.written: dict[str, frozenset[int]] = {}
         self.sequence = SnapshotSequence()
         self.gate = DecisionGate(self.cluster)
         self.last_snapshot: QueueSnapshot | None = None
+        #: the fail-safe lease file (None: no lease, in a dry run or with the fail-safe off)
+        self.lease_path = (
+            settings.failsafe_lease_path() if settings.failsafe_enabled and not self.runner.dry_run else None
+        )
+        self.renewed_at = 0.0
+        self._take_over_lease()
 
     @property
     def last_sequence(self) -> int:
@@ -142,6 +160,7 @@ class SlurmAdapter:
         outcomes = self.tracker.update(queue.jobs, now, correlation_id)
         self.jobs = {j.job_id: j for j in queue.jobs}
         self.sent = {}
+        self.written = reconcile(self.written, self.jobs)
         self.last_snapshot = snapshot
         return PollResult(snapshot, outcomes, queue.layout, time.monotonic() - started)
 
@@ -179,13 +198,17 @@ class SlurmAdapter:
             self.band,
             self.filter,
             apply_nodes=self.settings.slurm_apply_nodes,
-            hylo_set=self.managed,
+            hylo_set=self.written,
         )
         for job_id, reason in plan.skipped:
             log.debug("job %s not updated: %s", job_id, reason)
+        self._record(plan)  # the lease first: what is sent next must be covered if we die sending it
         report = apply_plan(self.runner, plan)
         self.sent.update(report.sent)
-        self.managed.update(report.sent)
+        for job_id, priority in report.sent.items():
+            self.written[job_id] = frozenset({priority})
+        for job_id in report.gone:
+            self.written.pop(job_id, None)
         self.gate.applied(decision)
         self.tracker.note_correlation(report.sent, decision.correlation_id)
         log.info(
@@ -205,14 +228,52 @@ class SlurmAdapter:
         return self.release_all()
 
     def release_all(self) -> int:
-        """Hand every still-pending managed job back to Slurm's own priority; returns how many."""
-        count = 0
-        for job_id in sorted(self.managed):
-            job = self.jobs.get(job_id)
-            if job is None or job.state != "PENDING":
-                continue
-            for argv in release_argvs(job_id):
-                self.runner.mutate(argv)
-            count += 1
-        self.managed.clear()
-        return count
+        """Hand every job that still carries a priority Hylo wrote back to Slurm's own priority, with
+        the fail-safe watchdog's code (``handback.py``, on a fresh read of the queue); returns how many.
+        The lease then records what is left (jobs whose release failed), without being renewed."""
+        report = hand_back(self.runner, self.written)
+        for job_id in [*report.released, *report.gone]:
+            self.written.pop(job_id, None)
+        for job_id, reason in report.failed:
+            log.error("job %s could not be handed back: %s", job_id, reason)
+        self._write_lease(self.renewed_at)
+        log.info("hand-back: %s", report.summary())
+        return len(report.released)
+
+    # -- the fail-safe lease --------------------------------------------------------------------
+
+    def _take_over_lease(self) -> None:
+        """Start from the record of the lease found (a previous run's priorities are still Hylo's)."""
+        if self.lease_path is None:
+            return
+        try:
+            lease = read_lease(self.lease_path, self.cluster)
+        except LeaseError as err:
+            log.warning("%s; it will be overwritten at the first decision", err)
+            return
+        if lease is not None:
+            self.written = dict(lease.jobs)
+            self.renewed_at = lease.renewed_at
+            log.info(
+                "lease %s: taking over %d jobs' priorities from %s",
+                self.lease_path,
+                len(lease.jobs),
+                lease.owner,
+            )
+
+    def _record(self, plan: Plan) -> None:
+        """Before sending ``plan``: record its priorities beside those possibly still in place, and
+        renew the lease (raises LeaseError, and nothing is sent, when the lease cannot be written)."""
+        for update in plan.updates:
+            self.written[update.job_id] = self.written.get(update.job_id, frozenset()) | {update.priority}
+        self._write_lease(time.time())
+
+    def _write_lease(self, renewed_at: float) -> None:
+        if self.lease_path is None:
+            return
+        try:
+            write_lease(self.lease_path, Lease(self.cluster, renewed_at, lease_owner(), dict(self.written)))
+        except LeaseError as err:
+            log.error("%s: decisions are not applied until it can be written", err)
+            raise
+        self.renewed_at = renewed_at

@@ -82,10 +82,3 @@ def apply_plan(runner: CommandRunner, plan: Plan) -> ApplyReport:
             log.error("%s", error)
             report.failed.append((update.job_id, error.reason))
     return report
-
-
-def release_argvs(job_id: str) -> list[list[str]]:
-    """Hand a job back to the multifactor plugin: an explicit priority sticks until hold + release."""
-    command = "scontrol hold/release"
-    valid = validate_job_id(command, job_id)
-    return [["scontrol", "hold", valid], ["scontrol", "release", valid]]

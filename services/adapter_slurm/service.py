@@ -7,7 +7,12 @@ never take each other's decisions) and writes priorities with ``scontrol``. ``/r
 the last poll failed (slurmctld unreachable, malformed output), with the reason.
 
 Why decisions raise on an unreachable controller: the runtime then naks the message and JetStream
-redelivers it, so a decision made while slurmctld restarts is applied when it is back.
+redelivers it, so a decision made while slurmctld restarts is applied when it is back. The same
+holds for a fail-safe lease that cannot be written (``lease.py``).
+
+On stop, with ``HYLO_SLURM_RESTORE_ON_STOP``, the jobs Hylo prioritized are handed back at once;
+without it (a restart), they keep Hylo's order, and the fail-safe watchdog hands them back if no
+adapter decides again within ``HYLO_SLURM_FAILSAFE_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -85,8 +90,12 @@ async def build(ctx: ServiceContext) -> Wiring:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, timeout=settings.slurm_command_timeout_s * 2 + 1)
         if settings.slurm_restore_on_stop:
-            count = await loop.hand_back()
-            log.info("handed %d managed jobs back to Slurm's priority", count)
+            try:
+                count = await loop.hand_back()
+            except Exception as err:  # slurmctld unreachable, lease unwritable: the watchdog remains
+                log.error("could not hand jobs back on stop (%s); the fail-safe watchdog will", err)
+            else:
+                log.info("handed %d jobs back to Slurm's own priority", count)
 
     route = Route(
         kind="placements",

@@ -3,11 +3,14 @@
 Why every knob that touches Slurm is explicit here: the adapter writes priorities into a production
 scheduler. Which partitions it may touch, which QOS it must leave alone (SLA-bound jobs), the
 priority band it writes into and whether it writes at all (dry run) are operator decisions that
-must be visible in one place, with safe defaults.
+must be visible in one place, with safe defaults. The fail-safe's settings (``slurm_failsafe_*``)
+are read by the adapter and by its watchdog (``failsafe.py``) alike, so one ``hylo.toml`` or one set
+of ``HYLO_*`` variables configures both.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -84,7 +87,22 @@ class SlurmAdapterSettings(HyloBaseSettings):
     )
     slurm_restore_on_stop: bool = Field(
         default=False,
-        description="on shutdown hand managed jobs back to multifactor (scontrol hold + release)",
+        description="on shutdown hand the jobs Hylo prioritized back to Slurm at once (scontrol release)",
+    )
+    slurm_failsafe_after_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="fail-safe: after this long without an applied decision, the watchdog "
+        "(python -m services.adapter_slurm.failsafe) hands Hylo's priorities back to Slurm; "
+        "0 turns the lease off",
+    )
+    slurm_failsafe_every_s: float = Field(
+        default=10.0, gt=0, le=3600, description="seconds between two checks of the fail-safe watchdog"
+    )
+    slurm_failsafe_lease: Path | None = Field(
+        default=None,
+        description="the lease file the adapter renews and the watchdog reads (one per cluster); "
+        "default $XDG_STATE_HOME/hylo/slurm-<cluster>.lease.json (~/.local/state/hylo/...)",
     )
 
     @field_validator("slurm_cluster")
@@ -100,6 +118,28 @@ class SlurmAdapterSettings(HyloBaseSettings):
                 f"slurm_priority_top ({self.slurm_priority_top})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _failsafe(self) -> SlurmAdapterSettings:
+        # a healthy Hylo decides about once per poll: a shorter limit would hand jobs back under it
+        after, poll = self.slurm_failsafe_after_s, self.slurm_poll_interval_s
+        if 0 < after < 2 * poll:
+            raise ValueError(
+                f"slurm_failsafe_after_s ({after:g}) must be 0 (off) or at least twice "
+                f"slurm_poll_interval_s ({poll:g}): Hylo decides about once per poll"
+            )
+        return self
+
+    @property
+    def failsafe_enabled(self) -> bool:
+        return self.slurm_failsafe_after_s > 0
+
+    def failsafe_lease_path(self) -> Path:
+        """The lease file: ``HYLO_SLURM_FAILSAFE_LEASE``, else one per cluster in the user's state dir."""
+        if self.slurm_failsafe_lease is not None:
+            return self.slurm_failsafe_lease
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(base) / "hylo" / f"slurm-{self.slurm_cluster}.lease.json"
 
     def spec_source(self) -> str:
         """The cluster spec (preset or file) of ``slurm_cluster``."""

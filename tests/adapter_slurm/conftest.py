@@ -71,6 +71,9 @@ class SlurmCluster:
             "clusters": {"slurm-test": str(self.spec)},
             "slurm_conf": self.conf,
             "slurm_poll_interval_s": 1.0,
+            # a fail-safe lease of each adapter's own: tests side by side must not take over (and
+            # hand back) each other's priorities
+            "slurm_failsafe_lease": self.state_dir / "leases" / f"{uuid.uuid4().hex}.json",
         }
         values.update(overrides)
         return SlurmAdapterSettings(**values)  # type: ignore[arg-type]

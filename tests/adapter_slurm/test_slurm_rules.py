@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.adapter_slurm import values as v
-from services.adapter_slurm.apply import apply_plan, release_argvs, update_argv
+from services.adapter_slurm.apply import apply_plan, update_argv
 from services.adapter_slurm.commands import CommandRunner, SlurmCommandError, SlurmValueError, validate_job_id
+from services.adapter_slurm.handback import release_argv
 from services.adapter_slurm.model import SlurmJob, SlurmNode
 from services.adapter_slurm.priorities import Plan, PriorityBand, Update, plan_updates
 from services.adapter_slurm.settings import SlurmAdapterSettings
@@ -129,7 +130,10 @@ def test_update_argv_validates_every_value() -> None:
         update_argv(Update("12", True))
     with pytest.raises(SlurmValueError, match="node name 'n1 Priority=9'"):
         update_argv(Update("12", 5, ("n1 Priority=9",)))
-    assert release_argvs("12") == [["scontrol", "hold", "12"], ["scontrol", "release", "12"]]
+    # one call hands jobs back (a hold first would restart their age): handback.py
+    assert release_argv(["12", "13_2"]) == ["scontrol", "release", "12,13_2"]
+    with pytest.raises(SlurmValueError, match="JobId '12,13'"):
+        release_argv(["12,13"])
 
 
 def test_runner_passes_arguments_literally_and_names_failures() -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -44,6 +45,9 @@ async def service(
         monkeypatch.setenv("HYLO_CLUSTERS", json.dumps({CLUSTER: str(slurm.spec)}))
         monkeypatch.setenv("HYLO_SLURM_POLL_INTERVAL_S", "1")
         monkeypatch.setenv("HYLO_SLURM_PARTITIONS", '["gpu"]')
+        # the fail-safe lease of this adapter alone (not the user's state dir)
+        lease = slurm.state_dir / "leases" / f"{uuid.uuid4().hex}.json"
+        monkeypatch.setenv("HYLO_SLURM_FAILSAFE_LEASE", str(lease))
         port = free_port()
         settings = ServiceSettings(http_port=port, replica="r1", clusters={CLUSTER: str(slurm.spec)})
         bus_settings = bus.settings.model_copy(update={"subject_root": bus.subjects.root})
