@@ -47,6 +47,14 @@ def _load_model(checkpoint: Path, untrained: bool) -> tuple[ActorCritic, ModelCa
     return model, card, schema
 
 
+def trained_estimates(info: TrainingInfo) -> str:
+    """The estimate model the card was trained with (``noisy``, the trainer's default, for a card
+    written before cards recorded it): evaluating under other information than training had is a
+    different question, asked with ``--estimates``."""
+    recorded = info.extra.get("estimates")
+    return recorded if isinstance(recorded, str) else "noisy"
+
+
 def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[list[str], list[str]]:
     """The baselines (the model's base policy among them, first if not given; every transfer base
     too) and the transfer bases of the options, every name checked."""
@@ -267,7 +275,13 @@ def evaluate_command(
     policies: Annotated[str, typer.Option(help="baselines, comma-separated")] = ",".join(POLICY_NAMES),
     paper: Annotated[bool | None, typer.Option(help="paper setting (default: as trained)")] = None,
     warmup: Annotated[int | None, typer.Option(help="warm-up jobs per window (default: as trained)")] = None,
-    estimates: Annotated[str, typer.Option(help="noisy | history | predicted | oracle | trace")] = "noisy",
+    estimates: Annotated[
+        str | None,
+        typer.Option(
+            help="noisy | history | predicted | oracle | trace (default: as trained; noisy for a card "
+            "that does not record it)"
+        ),
+    ] = None,
     sampled: Annotated[bool, typer.Option(help="also evaluate sampled (non-greedy) orderings")] = True,
     transfer: Annotated[
         str, typer.Option(help="base policies to lay the learned policy over (Table 7)")
@@ -313,7 +327,7 @@ def evaluate_command(
         schema.sampling.mode,
         paper=paper,
         warmup=warmup,
-        estimates=estimates,
+        estimates=estimates or trained_estimates(info),
         jobs=jobs,
         load=load,
         placement=placement,
@@ -358,5 +372,6 @@ def evaluate_command(
         t0=t0,
     )
     report["setup"]["load"] = {"target": setup.target_load, "definition": setup.load_definition}
+    report["setup"]["estimates"] = setup.estimates
     report["transfer"] = transfer_rows
     write_comparison(comparison, report, out, "evaluate.json", plots)

@@ -59,7 +59,7 @@ def train_command(
             help="the RLTune paper's setting: no backfill, oracle runtimes, first-fit, cold windows"
         ),
     ] = False,
-    estimates: Annotated[str, typer.Option(help="noisy | history | oracle | trace")] = "noisy",
+    estimates: Annotated[str, typer.Option(help="noisy | history | predicted | oracle | trace")] = "noisy",
     workers: Annotated[int, typer.Option(help="processes simulating episodes in parallel")] = 1,
     sampling: Annotated[
         str, typer.Option(help="feature selection: state (the paper's rule) | fixed")
@@ -371,6 +371,7 @@ def _save_checkpoint(
             "jobs": run.setup.n_jobs,
             "load": run.setup.target_load,
             "load_definition": run.setup.load_definition,  # what "load" means (shared.domain.load)
+            "estimates": run.setup.estimates,  # what hylo evaluate uses unless told otherwise
             "placement": run.runner.settings.config.placement,
             "cluster_arg": run.cluster,
             "ppo": cfg.ppo.model_dump(mode="json"),
@@ -409,6 +410,7 @@ def _train_log(
             "jobs": run.setup.n_jobs,
             "load": run.setup.target_load,
             "load_definition": run.setup.load_definition,
+            "estimates": run.setup.estimates,
             "cluster_arg": run.cluster,
             "ppo": cfg.ppo.model_dump(mode="json"),
             "model": cfg.model.model_dump(mode="json"),

@@ -33,6 +33,7 @@ def test_train_writes_checkpoint_log_and_curve(trained: Path) -> None:
     assert card["training"]["extra"]["load"] == 0.9  # evaluate replays the same arrivals
     assert card["training"]["extra"]["load_definition"] == "in-span"  # under the same definition
     assert card["training"]["extra"]["placement"] == "cp-sat"  # and places as trained
+    assert card["training"]["extra"]["estimates"] == "noisy"  # with the information it had
     assert len(card["features"]["schema_hash"]) == 64
     log = json.loads((trained / "train_log.json").read_text())
     assert [row["epoch"] for row in log["history"]] == [0, 1]
@@ -60,6 +61,25 @@ def test_evaluate_compares_with_baselines_on_held_out_windows(trained: Path, tmp
     assert all(int(label.split("[")[1].split(":")[0]) >= test_start for label in report["window_labels"])
     assert report["policies"]["learned-greedy"]["metrics"]["wait_mean"]["vs_baseline"]["n"] == 2
     assert (out / "box_bsld_mean.png").exists()
+    assert report["setup"]["estimates"] == "noisy"  # the card's
+    assert report["best_baseline"]["wait_mean"] in {"fcfs", "sjf"}
+
+
+def test_evaluate_uses_the_cards_estimates_unless_told(trained: Path, tmp_path: Path) -> None:
+    """A card trained on history estimates is evaluated on them; --estimates overrides it."""
+    folder = tmp_path / "history-card"
+    folder.mkdir()
+    (folder / "weights.pt").write_bytes((trained / "checkpoint" / "weights.pt").read_bytes())
+    card = json.loads((trained / "checkpoint" / "card.json").read_text())
+    card["training"]["extra"]["estimates"] = "history"
+    (folder / "card.json").write_text(json.dumps(card))
+    base = ["evaluate", "--checkpoint", str(folder), "--windows", "1", "--policies", "fcfs", "--no-plots"]
+    base += ["--no-sampled"]
+    for extra, expected in (([], "history"), (["--estimates", "oracle"], "oracle")):
+        out = tmp_path / f"eval-{expected}"
+        result = runner.invoke(app, [*base, *extra, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / "evaluate.json").read_text())["setup"]["estimates"] == expected
 
 
 def test_evaluate_keeps_an_old_cards_load_definition(trained: Path, tmp_path: Path) -> None:
