@@ -18,10 +18,18 @@ dead-lettered through the same writes (``apply_record``).
 The jobs of a queue are stored from the feature matrices (``recorder-jobs``): a matrix carries every
 featurized job of its snapshot. This used to be the deciding placer's work after each decision,
 where a restart between the decision and the write lost the rows.
+
+What the recorder does not trust (issue 20, item 2): a model announcement never changes a status in
+the registry (``record_announced_model``: a version the registry does not know is kept as a
+candidate; the registry alone promotes and retires), and an outcome that disagrees with the one
+already stored for its job is not dropped silently: it is logged and dead-lettered as a conflict
+(``OutcomeConflict``), and the first stays. Which sender is right cannot be told until senders are
+authenticated (NATS accounts, item 1); the conflict makes the disagreement visible meanwhile.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
@@ -42,14 +50,21 @@ from shared.schemas.subjects import Kind
 from shared.service import Route
 from shared.store.outage import store_unavailable
 from shared.store.writes import (
+    outcome_conflict,
+    record_announced_model,
     record_decision,
-    record_model_version,
     record_outcome,
     record_pending,
     record_shadow,
 )
 
-__all__ = ["RECORDED", "KnownJobs", "apply_record", "recorder_routes"]
+__all__ = ["RECORDED", "KnownJobs", "OutcomeConflict", "apply_record", "recorder_routes"]
+
+log = logging.getLogger("hylo.recorder")
+
+
+class OutcomeConflict(Exception):
+    """An outcome that disagrees with the one stored for the same job (dead-lettered, not stored)."""
 
 
 class KnownJobs:
@@ -95,7 +110,7 @@ async def apply_record(conn: AsyncConnection, message: Message) -> int:
     if isinstance(message, JobOutcome):
         return int(await record_outcome(conn, message))
     if isinstance(message, ModelVersion):
-        return int(await record_model_version(conn, message))
+        return int(await record_announced_model(conn, message))
     if isinstance(message, ShadowPriorities):
         return await record_shadow(conn, message)
     raise TypeError(f"the recorder stores no {type(message).__name__}")
@@ -122,7 +137,16 @@ def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Rout
 
     async def on_record(message: Message, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
-            await apply_record(conn, message)
+            new = await apply_record(conn, message)
+            if isinstance(message, JobOutcome) and not new:
+                conflict = await outcome_conflict(conn, message)
+                if conflict is not None:
+                    text = (
+                        f"outcome of job {message.job_id!r} on {message.cluster!r} conflicts with the one "
+                        f"stored (kept): {conflict}"
+                    )
+                    log.warning("%s", text)
+                    raise OutcomeConflict(text)
 
     routes: list[Route[Any]] = [
         Route(
@@ -137,6 +161,13 @@ def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Rout
     for durable, (kind, model) in RECORDED.items():
         if durable != "recorder-jobs":
             routes.append(
-                Route(kind=kind, model=model, durable=durable, handle=on_record, transient=store_unavailable)
+                Route(
+                    kind=kind,
+                    model=model,
+                    durable=durable,
+                    handle=on_record,
+                    transient=store_unavailable,
+                    reject=(OutcomeConflict,),
+                )
             )
     return routes

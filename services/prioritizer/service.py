@@ -1,10 +1,13 @@
 """The prioritizer service: each FeatureMatrix becomes a PriorityVector.
 
-The model comes from ``HYLO_MODEL_PATH`` at start-up and from ``ModelVersion`` announcements on the
-models subject afterwards (hot reload: the next matrix uses the new model; a matrix in flight
-finishes with the one it started with). Every replica must see every announcement, so the models
-route has a consumer per replica. With no model, a model that fails, or a missed deadline, the
-base policy decides and the vector says why (``fallback``); the metrics count those by reason.
+The model comes from ``HYLO_MODEL_PATH`` at start-up (then from what the registry names, in
+registry mode) and from ``ModelVersion`` announcements on the models subject afterwards (hot reload:
+the next matrix uses the new model; a matrix in flight finishes with the one it started with). An
+announcement is applied only if the registry confirms it or it is signed (``trust.py``,
+``HYLO_MODEL_TRUST``); any other is dead-lettered with the reason. Every replica must see every
+announcement, so the models route has a consumer per replica. With no model, a model that fails,
+or a missed deadline, the base policy decides and the vector says why (``fallback``); the metrics
+count those by reason.
 
 **Shadow mode.** A ``ModelVersion`` announced as a ``candidate`` with ``shadow`` set is loaded into a
 second holder (the shadow). For every matrix, once the real vector is computed, the shadow scores
@@ -25,16 +28,22 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
+from nats.js.api import DeliverPolicy
 from prometheus_client import Counter
 from pydantic import BaseModel
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.prioritizer.models import ModelHolder, checkpoint_sha256
 from services.prioritizer.settings import PrioritizerSettings
 from services.prioritizer.stage import PrioritizerStage
-from shared.bus.consumer import Delivery
+from services.prioritizer.trust import ModelRefused, ModelTrust, registry_state
+from shared.bus.consumer import Delivery, short
+from shared.bus.signing import SigningSettings
 from shared.bus.snapshots import SnapshotCache
 from shared.schemas.codec import RECEIVED
 from shared.schemas.messages import FeatureMatrix, MatrixRef, ModelVersion, PriorityVector, ShadowPriorities
@@ -42,6 +51,8 @@ from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.latency import queue_wait_ms, with_wait
+from shared.store.engine import create_engine
+from shared.store.outage import store_unavailable
 
 log = logging.getLogger("hylo.prioritizer")
 
@@ -260,14 +271,64 @@ def _status_router(
     return router
 
 
+def _trust(ctx: ServiceContext, settings: PrioritizerSettings) -> ModelTrust:
+    """The announcement rule of ``HYLO_MODEL_TRUST`` (``trust.py``), with its own read-only use of
+    the registry's database in registry mode (the prioritizer writes nothing)."""
+    engine: AsyncEngine | None = None
+    missing: str | None = None
+    if settings.model_trust == "registry":
+        missing = missing_sqlite(ctx.store.database_url)
+        if missing is None:
+            engine = ctx.engine or create_engine(ctx.store.database_url)
+        else:
+            log.warning("HYLO_MODEL_TRUST=registry: %s; every model announcement will be refused", missing)
+    signer = SigningSettings().signer()
+    return ModelTrust(settings.model_trust, signer, engine, settings.model_confirm_s, no_registry=missing)
+
+
+def missing_sqlite(url: str) -> str | None:
+    """Why a SQLite registry cannot be read (its file does not exist, or it is in memory), or None.
+
+    Why check: opening a SQLite URL creates an empty file, and a prioritizer must not leave a
+    ``hylo.db`` wherever it was started."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite"):
+        return None
+    database = parsed.database
+    if not database or database == ":memory:":
+        return f"the registry database {url!r} is in memory (no registry)"
+    if not Path(database).exists():
+        return f"the registry database {database!r} does not exist"
+    return None
+
+
+async def _from_registry(
+    trust: ModelTrust, holder: ModelHolder, shadow: ModelHolder, clusters: list[str]
+) -> None:
+    """Registry mode, at start: load what the registry names (over ``HYLO_MODEL_PATH``); a database
+    that does not answer yet leaves the start-up model, and the next announcement is checked anyway."""
+    if trust.engine is None:
+        return
+    for cluster in clusters:
+        try:
+            named = await registry_state(trust.engine, cluster)
+        except Exception as err:
+            log.warning("registry not readable at start (%s): keeping the start-up model", short(err))
+            return
+        for version in named:
+            await _apply_model_version(holder, shadow, version)
+
+
 async def build(ctx: ServiceContext) -> Wiring:
     """The prioritizer's routes (matrices, model announcements), its status endpoint and its stop."""
     settings = PrioritizerSettings()
+    trust = _trust(ctx, settings)
     holder = ModelHolder()
     shadow = ModelHolder()  # a candidate scored beside the current model, never applied
     if settings.model_path is not None:
         first_cluster = next(iter(ctx.specs))
         await asyncio.to_thread(holder.load, startup_version(str(settings.model_path), first_cluster))
+    await _from_registry(trust, holder, shadow, list(ctx.specs))
     stage, shadow_stage, snapshots = _stages(ctx, settings, holder, shadow)
     await snapshots.receive(_may_score(holder, shadow))
     shadow_scorer = _ShadowScorer(ctx, shadow, shadow_stage)
@@ -287,7 +348,13 @@ async def build(ctx: ServiceContext) -> Wiring:
             vector = vector.model_copy(update={"matrix_ref": ref})
         return with_wait(vector, "prioritize", wait)
 
-    async def on_model(version: ModelVersion, _delivery: Delivery) -> None:
+    async def on_model(version: ModelVersion, delivery: Delivery) -> None:
+        try:
+            await trust.confirm(version, delivery)
+        except ModelRefused as err:
+            log.warning("model announcement %s refused: %s", version.version, err)
+            raise
+        trust.adopted(version, delivery)
         await _apply_model_version(holder, shadow, version)
         # snapshots are received only while a model may need them
         await snapshots.receive(_may_score(holder, shadow))
@@ -296,6 +363,8 @@ async def build(ctx: ServiceContext) -> Wiring:
         # a deadline's worth of time to publish the shadow scores in flight, then give up
         await shadow_scorer.stop(timeout_s=settings.deadline_ms / 1000 + 0.5)
         await snapshots.close()
+        if trust.engine is not None and trust.engine is not ctx.engine:
+            await trust.engine.dispose()
 
     routes: list[Route[Any]] = [
         Route(
@@ -306,7 +375,16 @@ async def build(ctx: ServiceContext) -> Wiring:
             reject=(StageError,),
         ),
         Route(
-            kind="models", model=ModelVersion, durable="prioritizer-models", handle=on_model, per_replica=True
+            kind="models",
+            model=ModelVersion,
+            durable="prioritizer-models",
+            handle=on_model,
+            per_replica=True,
+            reject=(ModelRefused,),
+            verify=trust.verify,
+            # registry mode starts from what the registry names, so old announcements are not needed
+            deliver_policy=DeliverPolicy.NEW if trust.mode == "registry" else DeliverPolicy.ALL,
+            transient=store_unavailable if trust.mode == "registry" else None,
         ),
     ]
     return Wiring(routes=routes, router=_status_router(ctx, settings, holder, shadow), on_stop=on_stop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -10,7 +11,8 @@ from shared.config import HyloBaseSettings
 
 
 class PrioritizerSettings(HyloBaseSettings):
-    """``HYLO_DEADLINE_MS``, ``HYLO_SHADOW_DEADLINE_MS``, ``HYLO_MODEL_PATH``."""
+    """``HYLO_DEADLINE_MS``, ``HYLO_SHADOW_DEADLINE_MS``, ``HYLO_MODEL_PATH``, ``HYLO_MODEL_TRUST``,
+    ``HYLO_MODEL_CONFIRM_S`` (and ``HYLO_MODEL_SIGNING_KEY``, ``shared.bus.signing``)."""
 
     deadline_ms: float = Field(
         default=50.0, gt=0, description="model inference budget; past it the base policy decides"
@@ -25,4 +27,16 @@ class PrioritizerSettings(HyloBaseSettings):
     model_path: Path | None = Field(
         default=None,
         description="checkpoint loaded at start-up; later versions arrive on the models subject",
+    )
+    model_trust: Literal["registry", "signature"] = Field(
+        default="registry",
+        description="what makes a model announcement believable: 'registry' (the prioritizer reads the "
+        "registry in HYLO_DATABASE_URL and adopts only what it says) or 'signature' (no database; "
+        "HYLO_MODEL_SIGNING_KEY required). With a key set, signatures are required in both modes",
+    )
+    model_confirm_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="registry mode: how long an announcement the registry does not confirm yet is "
+        "re-checked (the registry commits just after announcing) before it is refused",
     )

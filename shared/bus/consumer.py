@@ -30,6 +30,14 @@ The guarantees, and how each is obtained:
   ``latest_key()`` seen per cluster, including every message of the current batch, and acks without
   handling any message older than that. Together with the snapshot stream's ``max_msgs_per_subject=1``
   a burst costs one decision, not one per snapshot.
+  A key whose sequence (its first element) lies more than ``max_sequence_jump`` away from the newest
+  adopted one is dead-lettered instead of adopted (``shared.bus.sequence``), so one forged
+  ``sequence=2**62`` cannot make every later real snapshot look stale. The batch's keys are
+  checked in ascending order, so a forged key in the same batch as real ones is the one refused.
+- **Verified senders.** A route may ``verify`` each message's subject, headers and exact payload
+  (the prioritizer checks model announcements' signatures, ``shared.bus.signing``); a message it
+  refuses is dead-lettered with the reason, never handled. Per-sender identity (NATS accounts,
+  issue 20 item 1) plugs in at the same place.
 - **Replicas share the work.** Every replica binds to the same durable pull consumer (same
   ``durable`` name); JetStream hands each message to one fetcher, which is NATS' queue-group semantics
   for pull consumers.
@@ -61,6 +69,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
+from shared.bus.sequence import JumpGuard
 from shared.bus.settings import BusSettings, retry_delays
 from shared.bus.streams import ensure_streams, stream_name
 from shared.bus.tracing import extract_context
@@ -94,6 +103,9 @@ TransientCheck = Callable[[BaseException], bool]
 #: fetches a message another one names by reference (``MissingReference``) so that it decodes; True if
 #: it now may (the message is then decoded again), False if it is nowhere to be had
 FetchMissing = Callable[[MissingReference], Awaitable[bool]]
+#: checks a message's sender before it is handled: (subject, headers, payload) -> None if accepted,
+#: else why it is refused (dead-lettered with that reason)
+Verify = Callable[[str, Mapping[str, str], bytes], str | None]
 
 
 @dataclass
@@ -143,8 +155,10 @@ class Consumer(Generic[M]):
         inactive_threshold_s: float | None = None,
         fetch_missing: FetchMissing | None = None,
         transient: TransientCheck | None = None,
+        verify: Verify | None = None,
     ) -> None:
         self.js = js
+        self.verify = verify
         self.transient = transient
         self._delays = retry_delays(settings) if transient is not None else []
         #: handler deliveries before a message is dead-lettered: the retry window's when the route
@@ -169,6 +183,7 @@ class Consumer(Generic[M]):
         self.inactive_threshold_s = inactive_threshold_s
         self.stats = ConsumerStats()
         self._latest: dict[str, tuple[Any, ...]] = {}
+        self._jumps = JumpGuard(settings.max_sequence_jump)
         self._last_seq = 0  # highest stream sequence this replica acked
         self._sub: JetStreamContext.PullSubscription | None = None
 
@@ -271,9 +286,7 @@ class Consumer(Generic[M]):
         if self.fetch_missing is not None:
             decoded = [await self._with_reference(d) for d in decoded]
         if self.latest_wins:
-            for d in decoded:
-                if d.message is not None:
-                    self._remember(d.message)
+            decoded = self._bounded(decoded)
         await self._process_in_turn(decoded)
         return len(msgs)
 
@@ -331,18 +344,38 @@ class Consumer(Generic[M]):
         if cluster != message.cluster:
             reason = f"message for cluster {message.cluster!r} on subject of cluster {cluster!r}"
             return _Decoded(msg, None, MessageError(reason))
+        if self.verify is not None:
+            refused = self.verify(msg.subject, dict(msg.headers or {}), msg.data)
+            if refused is not None:
+                return _Decoded(msg, None, MessageError(f"refused: {refused}"))
         return _Decoded(msg, message, None)
 
     def _key(self, message: M) -> tuple[Any, ...] | None:
         key = getattr(message, "latest_key", None)
         return tuple(key()) if callable(key) else None
 
-    def _remember(self, message: M) -> None:
-        key = self._key(message)
-        if key is not None:
+    def _bounded(self, decoded: list[_Decoded[M]]) -> list[_Decoded[M]]:
+        """Remember the newest key of each cluster in the batch, refusing (as a decode error, so it is
+        dead-lettered) every message whose sequence jumps beyond the window; checked in ascending key
+        order, so the baseline is the lowest plausible sequence, not a forged huge one."""
+        out = list(decoded)
+        keyed = [(self._key(d.message), i) for i, d in enumerate(out) if d.message is not None]
+        for key, i in sorted((k, i) for k, i in keyed if k is not None):
+            message = out[i].message
+            assert message is not None
             known = self._latest.get(message.cluster)
+            if isinstance(key[0], int) and not isinstance(key[0], bool):
+                newest = known[0] if known is not None and isinstance(known[0], int) else None
+                verdict = self._jumps.check(message.cluster, key[0], newest)
+                if verdict.reason is not None:
+                    out[i] = _Decoded(out[i].msg, None, MessageError(f"refused: {verdict.reason}"))
+                    continue
+                if verdict.rebase:
+                    self._latest[message.cluster] = key
+                    continue
             if known is None or key > known:
                 self._latest[message.cluster] = key
+        return out
 
     async def _process(self, d: _Decoded[M], down: BaseException | None = None) -> BaseException | None:
         """Handle one message; returns the dependency's error if it was (or still is) unavailable.

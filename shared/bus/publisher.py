@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 from opentelemetry import trace
 from pydantic import BaseModel
 
+from shared.bus.signing import HEADER_SIGNATURE, Signer
 from shared.bus.tracing import inject_headers
 from shared.schemas.codec import encode
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
@@ -69,15 +70,19 @@ class Publisher:
         limits: Limits = DEFAULT_LIMITS,
         tracer: trace.Tracer | None = None,
         timeout_s: float = 5.0,
+        signer: Signer | None = None,
     ) -> None:
         self.js = js
+        #: signs the messages of its kinds (model announcements) when a signing key is configured
+        self.signer = signer
         self.subjects = subjects
         self.limits = limits
         self.tracer = tracer or trace.get_tracer("hylo.bus")
         self.timeout_s = timeout_s
 
     async def publish(self, message: Publishable, headers: dict[str, str] | None = None) -> PublishResult:
-        """Encode (size-checked), attach id, correlation and trace headers, publish, await the ack."""
+        """Encode (size-checked), attach id, correlation and trace headers (and a signature for the
+        signer's kinds), publish, await the ack."""
         kind = kind_of(message)
         subject = self.subjects.of(message.cluster, kind)
         payload = encode_any(message, self.limits)
@@ -90,6 +95,8 @@ class Publisher:
                 hdrs[HEADER_CORRELATION] = message.correlation_id
                 span.set_attribute("hylo.correlation_id", message.correlation_id)
             inject_headers(hdrs)
+            if self.signer is not None and kind in self.signer.kinds:
+                hdrs[HEADER_SIGNATURE] = self.signer.sign(subject, payload)
             ack = await self.js.publish(subject, payload, timeout=self.timeout_s, headers=hdrs)
         return PublishResult(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate), subject=subject)
 

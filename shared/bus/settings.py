@@ -33,6 +33,12 @@ class BusSettings(HyloBaseSettings):
         default=60, ge=-1, description="per server, also on the first connect; -1 = retry forever"
     )
     nats_reconnect_wait_s: float = Field(default=2.0, ge=0)
+    nats_gone_budget_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="how long a running service waits for a lost NATS connection to come back before it "
+        "exits with status 3 (so that a restart-on-failure supervisor restarts it)",
+    )
     subject_root: str = Field(default="hylo", description="first subject token (namespace)")
     storage: Literal["file", "memory"] = "file"
     stream_max_age_s: float = Field(default=24 * 3600.0, gt=0, description="work streams keep a day")
@@ -43,6 +49,13 @@ class BusSettings(HyloBaseSettings):
     )
     dead_max_age_s: float = Field(default=14 * 24 * 3600.0, gt=0, description="dead letters keep two weeks")
     dead_max_bytes: int = Field(default=256 << 20, gt=0)
+    stream_root_max_bytes: int = Field(
+        default=4 << 30,
+        gt=0,
+        description="storage all streams of one subject root reserve together (file or memory); each "
+        "stream gets its share (shared.bus.streams.STREAM_SHARES), at most stream_max_bytes "
+        "(dead_max_bytes for dead letters). Subject roots x this must fit the server's max_file_store",
+    )
     duplicate_window_s: float = Field(default=120.0, gt=0, description="Nats-Msg-Id dedup window")
     ack_wait_s: float = Field(default=30.0, gt=0, description="redeliver if not acked within")
     max_deliver: int = Field(default=5, ge=1, description="handler attempts before dead-lettering")
@@ -87,6 +100,12 @@ class BusSettings(HyloBaseSettings):
         default=DEFAULT_LIMITS.max_inflate_ratio,
         ge=1,
         description="declared bytes of a deflated table per deflated byte (deflate's ceiling is 1032)",
+    )
+    max_sequence_jump: int = Field(
+        default=10**9,
+        ge=1,
+        description="how far a snapshot's or decision's sequence may move from the newest adopted one; "
+        "beyond that it is dead-lettered, not adopted (shared.bus.sequence)",
     )
     consumer_check_s: float = Field(
         default=5.0, gt=0, description="while idle, how often a consumer checks it still exists"

@@ -7,6 +7,15 @@ bounded (latest-wins at the storage level; the consumer adds a per-replica check
 ``shared.bus.consumer``). Work streams keep a day, bounded in bytes and messages; dead letters keep
 two weeks. Every stream has a duplicate window, so a republished message (same ``Nats-Msg-Id``) is
 dropped by the server.
+
+Why a storage budget per subject root: JetStream reserves a stream's ``max_bytes`` against the
+server's ``max_file_store`` (or ``max_memory_store``) when the stream is created, whether or not the
+bytes are ever written. With 1 GiB per work stream a root reserved 7.25 GiB, and on the shipped 20 GB
+server the third root failed with "insufficient storage" (issue 20). Now all streams of one root
+reserve ``stream_root_max_bytes`` together (4 GiB by default: four roots fit the shipped 20 GB),
+shared by ``STREAM_SHARES`` (bulky matrices and decisions get most; snapshots keep one message per
+cluster, model announcements are tiny), each at most ``stream_max_bytes`` (``dead_max_bytes`` for
+dead letters). A server that still cannot reserve them gets an error naming the settings to change.
 """
 
 from __future__ import annotations
@@ -15,10 +24,32 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from shared.bus.settings import BusSettings
 from shared.schemas.subjects import KINDS, Kind, Subjects
+
+#: each stream's share of a subject root's storage budget (``BusSettings.stream_root_max_bytes``)
+STREAM_SHARES: dict[Kind, float] = {
+    "snapshots": 0.10,
+    "features": 0.25,
+    "priorities": 0.10,
+    "placements": 0.25,
+    "outcomes": 0.08,
+    "models": 0.02,
+    "shadows": 0.10,
+    "dead": 0.10,
+}
+
+
+class StreamStorageError(RuntimeError):
+    """The server cannot reserve a stream's storage: its limits and Hylo's budget disagree."""
+
+
+def stream_max_bytes(kind: Kind, settings: BusSettings) -> int:
+    """The ``max_bytes`` of ``kind``'s stream: its share of the root's budget, at most its own cap."""
+    cap = settings.dead_max_bytes if kind == "dead" else settings.stream_max_bytes
+    return max(1 << 20, min(cap, int(settings.stream_root_max_bytes * STREAM_SHARES[kind])))
 
 
 def stream_name(subjects: Subjects, kind: Kind) -> str:
@@ -48,7 +79,7 @@ def stream_plans(subjects: Subjects, settings: BusSettings) -> list[StreamPlan]:
             storage=storage,
             discard=DiscardPolicy.OLD,
             max_age=settings.dead_max_age_s if dead else settings.stream_max_age_s,
-            max_bytes=settings.dead_max_bytes if dead else settings.stream_max_bytes,
+            max_bytes=stream_max_bytes(kind, settings),
             max_msgs=settings.stream_max_msgs,
             max_msgs_per_subject=1 if kind == "snapshots" and settings.snapshots_latest_only else -1,
             duplicate_window=settings.duplicate_window_s,
@@ -64,13 +95,31 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, settings: Bus
         name = plan.config.name
         assert name is not None
         try:
-            await js.stream_info(name)
-        except NotFoundError:
             try:
-                await js.add_stream(plan.config)
-            except BadRequestError:  # another service created it meanwhile: align its limits
+                await js.stream_info(name)
+            except NotFoundError:
+                try:
+                    await js.add_stream(plan.config)
+                except BadRequestError as err:  # another service created it meanwhile: align its limits
+                    if _insufficient(err):
+                        raise
+                    await js.update_stream(plan.config)
+            else:
                 await js.update_stream(plan.config)
-        else:
-            await js.update_stream(plan.config)
+        except APIError as err:
+            if not _insufficient(err):
+                raise
+            raise StreamStorageError(
+                f"stream {name}: the NATS server cannot reserve {plan.config.max_bytes:,} bytes ({err}); "
+                f"the streams of one subject root reserve HYLO_STREAM_ROOT_MAX_BYTES="
+                f"{settings.stream_root_max_bytes:,} together: lower it, or raise the server's "
+                "jetstream max_file_store (max_memory_store for memory streams) to at least the "
+                "number of subject roots times that"
+            ) from err
         names.append(name)
     return names
+
+
+def _insufficient(err: APIError) -> bool:
+    """JetStream's "insufficient storage resources" (error code 10047), by code or by text."""
+    return getattr(err, "err_code", None) == 10047 or "insufficient" in str(err).lower()

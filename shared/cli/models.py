@@ -112,6 +112,7 @@ async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any,
     from nats.js.errors import NotFoundError
 
     from shared.bus import BusSettings, Publisher, connect, ensure_streams
+    from shared.bus.signing import SigningSettings
     from shared.bus.streams import stream_name
     from shared.schemas import Subjects
 
@@ -131,7 +132,8 @@ async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any,
         await js.stream_info(stream_name(subjects, "models"))
     except NotFoundError:  # a fresh deployment: create the streams the services would create
         await ensure_streams(js, subjects, settings)
-    return client, Publisher(js, subjects)
+    # signed with HYLO_MODEL_SIGNING_KEY when set: prioritizers with the key refuse unsigned ones
+    return client, Publisher(js, subjects, signer=SigningSettings().signer())
 
 
 # -- formatting -------------------------------------------------------------------------------------

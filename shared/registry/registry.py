@@ -9,8 +9,9 @@ Why announce inside the database transaction: a promotion must not be half done.
 and its events are written first, then the announcements are published and acknowledged by
 JetStream, and only then is the transaction committed; if publishing fails, the transaction rolls
 back and the store still names the old current model, which is what the prioritizers still run.
-(If the commit itself failed after the publish, the placer's recorder, which stores every
-announcement, would still record the new state.)
+(If the commit itself failed after the publish, the store would still name the old model: the
+prioritizers re-read the registry for each announcement and refuse one it does not confirm, and the
+placer's recorder no longer copies an announced status into the store; issue 20.)
 
 Why the new ``current`` is announced before the old one's ``retired``: a prioritizer that hears
 ``retired`` for the model it runs falls back to the base policy; in this order it has already

@@ -35,6 +35,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from shared.bus.sequence import JumpGuard, SequenceJump
+from shared.bus.settings import BusSettings
 from shared.schemas.base import Message
 from shared.schemas.messages import JobOutcome, PlacementDecision
 from shared.schemas.snapshot import QueueSnapshot
@@ -47,6 +49,7 @@ __all__ = [
     "OutcomeOutbox",
     "Publish",
     "ReportedOnce",
+    "SequenceJump",
     "SnapshotSequence",
     "WrongCluster",
     "answers",
@@ -175,18 +178,36 @@ class DecisionGate:
     undo the newer order. A decision for the same snapshot as the newest applied passes (a redelivery
     or a retry must be able to finish what a failure interrupted). ``answers`` is the lockstep form:
     the decision made for exactly this snapshot.
+
+    Why bounded (issue 20): a forged decision with a huge sequence, once applied, made every later
+    real decision "stale". A decision whose sequence lies more than ``max_jump`` past the newest
+    applied raises ``SequenceJump`` (the adapter's route dead-letters it) and is never applied; one
+    that far below is stale, as before. Three such decisions in a row that agree with each other are
+    taken as a new numbering (``shared.bus.sequence``: an adapter restarted with other numbers).
+    ``max_jump`` defaults to ``HYLO_MAX_SEQUENCE_JUMP``.
     """
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: str, max_jump: int | None = None) -> None:
         self.cluster = cluster
         #: the snapshot sequence of the newest decision applied (-1: none yet)
         self.newest = -1
+        if max_jump is None:  # read once, when the adapter is built
+            max_jump = BusSettings().max_sequence_jump
+        self._jumps = JumpGuard(max_jump, what="decision sequence")
 
     def admit(self, decision: PlacementDecision) -> bool:
         """True when ``decision`` may be applied; False (logged) when it is stale. Raises
-        ``WrongCluster`` for another cluster's decision."""
+        ``WrongCluster`` for another cluster's decision and ``SequenceJump`` for one whose sequence
+        jumps beyond the window past the newest applied."""
         if decision.cluster != self.cluster:
             raise WrongCluster(f"decision for cluster {decision.cluster!r}, this adapter is {self.cluster!r}")
+        if self.newest >= 0:
+            verdict = self._jumps.check(self.cluster, decision.sequence, self.newest)
+            if verdict.rebase:
+                self.newest = -1  # ``applied`` adopts this decision's numbering
+                return True
+            if verdict.reason is not None and decision.sequence > self.newest:
+                raise SequenceJump(verdict.reason)
         if decision.sequence < self.newest:
             log.info(
                 "decision of snapshot %d is older than the one applied (%d): ignored",
@@ -215,8 +236,9 @@ class ReportedOnce:
     """The jobs whose outcome was reported, newest ``limit`` kept: each job's outcome goes out once.
 
     Why bounded: an adapter runs for months; an id older than the newest ``limit`` is still
-    deduplicated downstream (an outcome's message id is ``outcomes.<cluster>.<job_id>``, and the
-    store inserts it once), so forgetting it costs at most a duplicate the bus drops.
+    deduplicated downstream (an outcome's message id is ``outcomes.<cluster>.<job_id>.<digest of its
+    times>``, and the store inserts it once), so forgetting it costs at most a duplicate the bus
+    drops.
     """
 
     def __init__(self, limit: int = 100_000) -> None:

@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.bus.consumer import Delivery, FetchMissing, TransientCheck
+from shared.bus.consumer import Delivery, FetchMissing, TransientCheck, Verify
 from shared.bus.publisher import Publisher
 from shared.bus.settings import BusSettings
 from shared.domain.cluster import ClusterSpec
@@ -60,6 +60,9 @@ class Route(Generic[M]):
     fetch_missing: FetchMissing | None = None
     #: errors that mean "a dependency is down, wait for it" (``shared.bus.consumer``)
     transient: TransientCheck | None = None
+    #: checks who sent a message before it is handled (a signature today, a sender identity once
+    #: NATS accounts exist); a refusal is dead-lettered with its reason (``shared.bus.consumer``)
+    verify: Verify | None = None
 
 
 @dataclass

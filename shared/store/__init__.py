@@ -21,6 +21,8 @@ from shared.store.settings import StoreSettings
 from shared.store.writes import (
     ensure_cluster,
     insert_or_ignore,
+    outcome_conflict,
+    record_announced_model,
     record_decision,
     record_jobs,
     record_model_event,
@@ -48,6 +50,8 @@ __all__ = [
     "ensure_cluster",
     "head_revision",
     "insert_or_ignore",
+    "outcome_conflict",
+    "record_announced_model",
     "record_decision",
     "record_jobs",
     "record_model_event",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -156,6 +156,34 @@ async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
     return await insert_or_ignore(conn, table_of(Outcome), [row], ["cluster", "job_id"]) == 1
 
 
+#: the columns of an outcome that two reports of one job must agree on
+_OUTCOME_FIELDS = ("submit_s", "start_s", "end_s", "gpus", "status")
+
+
+async def outcome_conflict(conn: AsyncConnection, outcome: JobOutcome) -> str | None:
+    """How ``outcome`` differs from the one stored for the same job, or None (same, or none stored).
+
+    Why: outcomes are insert-or-ignore on (cluster, job id), so a second, different report of a job
+    used to vanish silently, and a forged outcome sent first won (issue 20). The first stays stored;
+    the caller records the disagreement (the recorder logs it and dead-letters the second)."""
+    table = table_of(Outcome)
+    stored = (
+        await conn.execute(
+            select(*(table.c[f] for f in _OUTCOME_FIELDS)).where(
+                table.c.cluster == outcome.cluster, table.c.job_id == outcome.job_id
+            )
+        )
+    ).first()
+    if stored is None:
+        return None
+    diffs = [
+        f"{f} {getattr(outcome, f)!r} (stored {stored._mapping[f]!r})"
+        for f in _OUTCOME_FIELDS
+        if getattr(outcome, f) != stored._mapping[f]
+    ]
+    return ", ".join(diffs) or None
+
+
 def shadow_ranks(priorities: Sequence[float]) -> list[int]:
     """Rank of each entry (0 = first): priority descending, ties in row order.
 
@@ -219,6 +247,28 @@ async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bo
             .values(status=model.status, promoted_at=model.promoted_at)
         )
     return new
+
+
+async def record_announced_model(conn: AsyncConnection, model: ModelVersion) -> bool:
+    """Store a version seen only as an announcement on the bus; never change any version's status.
+
+    Why: the registry (``shared.registry``) is the only writer of a status. The recorder used to copy
+    an announced status into ``model_versions``, so one forged ``current`` announcement left two
+    current versions and a failing ``rollback`` (issue 20). A version the registry does not know is
+    kept as a ``candidate``, with the announced status in ``reason``, so that it is visible; one it
+    knows is left alone. True if the version was new."""
+    claimed = "" if model.status == "candidate" else f" as {model.status!r} (not applied)"
+    row = {
+        "version": model.version,
+        "cluster": model.cluster,
+        "sha256": model.sha256,
+        "uri": model.uri,
+        "card": dict(model.card),
+        "status": "candidate",
+        "created_at": model.created_at,
+        "reason": f"seen only as an announcement on the bus{claimed}; the registry never registered it",
+    }
+    return await insert_or_ignore(conn, table_of(ModelVersionRow), [row], ["version"]) == 1
 
 
 async def update_model_version(conn: AsyncConnection, version: str, values: Mapping[str, Any]) -> bool:

@@ -330,7 +330,12 @@ def test_subjects_are_built_and_parsed_in_one_place() -> None:
 def test_message_ids_are_deterministic() -> None:
     a, b = snapshot(), snapshot()
     assert a.message_id() == b.message_id() == "snapshots.c1.corr1"
-    assert outcome().message_id() == "outcomes.c1.j0"
+    assert outcome().message_id() == outcome().message_id()
+    assert outcome().message_id().startswith("outcomes.c1.j0.")
+    # a different report of the same job gets another id: it reaches the recorder, which records it as
+    # a conflict, instead of being dropped by the stream's duplicate window
+    later = outcome().model_copy(update={"end_s": 702.0})
+    assert later.message_id() != outcome().message_id()
 
 
 def test_dead_letter_bounds_hostile_input() -> None:

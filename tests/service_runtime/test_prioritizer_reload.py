@@ -3,7 +3,9 @@
 A real checkpoint (the Philly run in docs/results) is announced as ``current``: the next matrix is
 prioritized by it; announced ``retired``, the base policy decides again; an announcement whose
 sha256 does not match the file is refused and changes nothing. The featurizer in front is the real
-one, so the model sees the features it was trained on.
+one, so the model sees the features it was trained on. The prioritizer has no registry here, so it
+trusts signed announcements only (``HYLO_MODEL_TRUST=signature``), and the test signs them as the
+registry does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shared.schemas import ModelVersion, PriorityVector, decode
 from shared.service import ServiceRuntime, ServiceSettings
 from tests.conftest_services import Bus
 from tests.schemas.message_factories import SPEC_DOC, snapshot
+from tests.shadow.shadow_helpers import signed_publisher, trust_signed
 
 CHECKPOINT = Path(__file__).parents[2] / "docs/results/runs/philly-easy-fcfs-wait/checkpoint"
 
@@ -43,7 +46,11 @@ def announcement(status: str, sha256: str, version: str = "philly-1") -> ModelVe
 
 
 @pytest.mark.asyncio
-async def test_models_are_hot_reloaded_retired_and_bad_ones_refused(bus: Bus, tmp_path: Path) -> None:
+async def test_models_are_hot_reloaded_retired_and_bad_ones_refused(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trust_signed(monkeypatch)
+    models = signed_publisher(bus.publisher)
     spec = tmp_path / "c1.yaml"
     spec.write_text(json.dumps(SPEC_DOC))
     bus_settings = bus.settings.model_copy(update={"subject_root": bus.subjects.root})
@@ -82,17 +89,17 @@ async def test_models_are_hot_reloaded_retired_and_bad_ones_refused(bus: Bus, tm
             before = await vector()
             assert (before.policy, before.model_version, before.fallback) == ("fcfs", None, "no model loaded")
 
-            await bus.publisher.publish(announcement("current", sha))
+            await models.publish(announcement("current", sha))
             await model_version(client, "philly-1")
             by_model = await vector()
             assert (by_model.policy, by_model.model_version, by_model.fallback) == ("model", "philly-1", None)
 
-            await bus.publisher.publish(announcement("retired", sha))
+            await models.publish(announcement("retired", sha))
             await model_version(client, None)
             after = await vector()
             assert after.fallback == "no model loaded"
 
-            await bus.publisher.publish(announcement("current", "0" * 64, version="tampered"))
+            await models.publish(announcement("current", "0" * 64, version="tampered"))
             await asyncio.sleep(1.0)  # time to (refuse to) load it
             assert (await client.get(model_url)).json()["version"] is None
             refused = await vector()

@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from services.adapter_sim.stack import free_port
 from services.prioritizer.models import checkpoint_sha256
-from shared.bus import BusSettings
+from shared.bus import BusSettings, Publisher
+from shared.bus.signing import Signer
 from shared.registry import Announcement
 from shared.schemas import ModelVersion, Subjects
 from shared.service import ServiceDefinition, ServiceRuntime, ServiceSettings
@@ -42,6 +45,22 @@ def announcement(
             "shadow": shadow,
         }
     )
+
+
+#: the key these tests' prioritizers trust (``HYLO_MODEL_TRUST=signature``): they have no registry,
+#: so only announcements signed with it are adopted (``services/prioritizer/trust.py``)
+SIGNING_KEY = "shadow-tests-signing-key-0123456789"
+
+
+def trust_signed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prioritizers started after this adopt announcements signed with ``SIGNING_KEY`` only."""
+    monkeypatch.setenv("HYLO_MODEL_TRUST", "signature")
+    monkeypatch.setenv("HYLO_MODEL_SIGNING_KEY", SIGNING_KEY)
+
+
+def signed_publisher(publisher: Publisher) -> Publisher:
+    """``publisher`` that signs model announcements with ``SIGNING_KEY``, as the registry does."""
+    return Publisher(publisher.js, publisher.subjects, publisher.limits, signer=Signer(SIGNING_KEY.encode()))
 
 
 def spec_file(tmp_path: Path) -> Path:

@@ -24,7 +24,15 @@ from shared.bus import Publisher, ensure_streams
 from shared.schemas import PriorityVector, ShadowPriorities, Subjects, decode
 from tests.conftest_services import Bus, delete_namespace
 from tests.schemas.message_factories import snapshot
-from tests.shadow.shadow_helpers import BSLD_MODEL, WAIT_MODEL, announcement, running, spec_file
+from tests.shadow.shadow_helpers import (
+    BSLD_MODEL,
+    WAIT_MODEL,
+    announcement,
+    running,
+    signed_publisher,
+    spec_file,
+    trust_signed,
+)
 
 
 async def _model_status(port: int, version: str | None, shadow: str | None) -> None:
@@ -46,10 +54,12 @@ async def test_shadow_scores_every_matrix_and_never_changes_the_applied_vector(
     # a generous deadline: on two shared cores a missed 50 ms deadline would make the base policy
     # decide in one stack and not the other, which is not what this test is about
     monkeypatch.setenv("HYLO_DEADLINE_MS", "5000")
+    trust_signed(monkeypatch)
+    models = signed_publisher(bus.publisher)
     spec = spec_file(tmp_path)
     other = Subjects(root=f"t{uuid.uuid4().hex[:12]}")
     await ensure_streams(bus.js, other, bus.settings)
-    publisher_b = Publisher(bus.js, other, bus.limits)
+    publisher_b = signed_publisher(Publisher(bus.js, other, bus.limits))
     try:
         async with (
             running((FEATURIZER, PRIORITIZER), bus.settings, bus.subjects, spec, suffix="-a") as a,
@@ -60,9 +70,9 @@ async def test_shadow_scores_every_matrix_and_never_changes_the_applied_vector(
             vectors_b = await bus.nc.subscribe(other.of("c1", "priorities"))
             shadows = await bus.nc.subscribe(bus.subjects.of("c1", "shadows"))
 
-            for publisher in (bus.publisher, publisher_b):
+            for publisher in (models, publisher_b):
                 await publisher.publish(announcement("m-wait", WAIT_MODEL, "current"))
-            await bus.publisher.publish(announcement("m-bsld", BSLD_MODEL, "candidate", shadow=True))
+            await models.publish(announcement("m-bsld", BSLD_MODEL, "candidate", shadow=True))
             await _model_status(port_a, "m-wait", "m-bsld")
             await _model_status(port_b, "m-wait", None)
 
@@ -111,7 +121,7 @@ async def test_shadow_scores_every_matrix_and_never_changes_the_applied_vector(
             assert any(seen[v.correlation_id].priorities != v.priorities for v in applied)
 
             # out of shadow mode: no more shadow scores, the applied vector as before
-            await bus.publisher.publish(announcement("m-bsld", BSLD_MODEL, "candidate", tag="-off"))
+            await models.publish(announcement("m-bsld", BSLD_MODEL, "candidate", tag="-off"))
             await _model_status(port_a, "m-wait", None)
             va, vb = await both(6)
             assert va.priorities == vb.priorities and va.model_version == "m-wait"
@@ -120,7 +130,7 @@ async def test_shadow_scores_every_matrix_and_never_changes_the_applied_vector(
 
             # a shadow whose checkpoint does not match its sha256 is refused: no shadow, nothing published
             tampered = announcement("m-bad", BSLD_MODEL, "candidate", shadow=True)
-            await bus.publisher.publish(tampered.model_copy(update={"sha256": "0" * 64}))
+            await models.publish(tampered.model_copy(update={"sha256": "0" * 64}))
             await asyncio.sleep(1.0)  # time to (refuse to) load it
             await _model_status(port_a, "m-wait", None)
             va, vb = await both(5)
@@ -129,11 +139,9 @@ async def test_shadow_scores_every_matrix_and_never_changes_the_applied_vector(
                 await shadows.next_msg(timeout=1.0)
 
             # back in shadow mode, then promoted: the shadow becomes the applied model, no shadow left
-            await bus.publisher.publish(
-                announcement("m-bsld", BSLD_MODEL, "candidate", shadow=True, tag="-2")
-            )
+            await models.publish(announcement("m-bsld", BSLD_MODEL, "candidate", shadow=True, tag="-2"))
             await _model_status(port_a, "m-wait", "m-bsld")
-            await bus.publisher.publish(announcement("m-bsld", BSLD_MODEL, "current"))
+            await models.publish(announcement("m-bsld", BSLD_MODEL, "current"))
             await _model_status(port_a, "m-bsld", None)
             va, _ = await both(6)
             assert (va.policy, va.model_version) == ("model", "m-bsld")

@@ -1,0 +1,43 @@
+"""A private nats-server for tests that stop it or limit its storage (never the machine's server)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.adapter_sim.stack import free_port
+from tests.conftest_services import VENV_BIN, _wait_port
+
+
+def nats_binary() -> Path:
+    binary = VENV_BIN / "nats-server"
+    if binary.exists():
+        return binary
+    found = shutil.which("nats-server")
+    if found is None:
+        pytest.skip("no nats-server binary to start a private server")
+    return Path(found)
+
+
+@contextlib.contextmanager
+def private_nats(tmp_path: Path, jetstream: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start nats-server with JetStream in ``tmp_path``; ``jetstream``: extra lines of its block."""
+    port = free_port()
+    store = tmp_path / "js"
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: "{store}"\n{jetstream}\n}}\n')
+    proc = subprocess.Popen(
+        [str(nats_binary()), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait_port(port, proc, "nats-server")
+        yield f"nats://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
