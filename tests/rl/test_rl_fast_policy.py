@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from shared.features import ClusterView, FeatureSampler, QueueView, SamplingState, compute_features
+from shared.features.catalog import DEFAULT_FEATURE_SET
 from shared.features.fast import WorkloadFeaturizer
 from shared.metrics import chronological_split, make_windows
 from shared.model import ActorCritic, ModelConfig
@@ -90,7 +91,7 @@ class _Checked(LearnedPolicy):
     ) -> tuple[np.ndarray, bool] | None:
         decided = super()._decide(jobs, now, may_skip, base_order, keys)
         queue, cluster = self.builder.views(self.state, jobs, self.running)
-        values = compute_features(queue, cluster, now, self.feature_config)
+        values = compute_features(queue, cluster, now, self.feature_config, self.sampler.pool)
         obs, _ = self.sampler.select(values).apply(values)
         assert self.model is not None
         with torch.no_grad():
@@ -117,6 +118,10 @@ def test_checkpoints_rank_simulated_decisions_as_the_batch_path(
 ) -> None:
     bound, runner = embedded
     model, _, schema = load_trained(RUNS / run / "checkpoint")
+    if schema.feature_set != DEFAULT_FEATURE_SET:  # the model's own pool, predictions attached
+        setup = RunSetup(n_jobs=1500, target_load=1.1, warmup=64, feature_set=schema.feature_set)
+        work, runner = load_runner(None, None, setup)
+        bound = work.bound
     train, _ = chronological_split(len(bound.jobs), 0.8)
     window = make_windows(train, 256, 1, seed=3)[0]
     policy = _Checked(

@@ -31,12 +31,17 @@ CHECKPOINTS = sorted(p.parent for p in RUNS.glob("*/checkpoint/card.json"))
 
 
 @pytest.mark.parametrize("folder", CHECKPOINTS, ids=lambda p: p.parent.name)
-def test_shipped_checkpoints_load_as_classic_with_their_recorded_hash(folder: Path) -> None:
-    recorded = json.loads((folder / "card.json").read_text())["features"]["schema_hash"]
+def test_shipped_checkpoints_load_in_their_set_with_their_recorded_hash(folder: Path) -> None:
+    """Cards written before feature sets existed record none: they load as classic (8 observed
+    features); a card that records its set loads in it."""
+    data = json.loads((folder / "card.json").read_text())
+    recorded_set = data["training"]["extra"]["feature_schema"].get("feature_set", "classic")
     _, card, schema = load_trained(folder)
-    assert schema.feature_set == "classic"
-    assert schema.hash == recorded == card.features.schema_hash
-    assert card.model.obs_features == schema.sampling.n_observation == 8
+    assert schema.feature_set == recorded_set
+    assert schema.hash == data["features"]["schema_hash"] == card.features.schema_hash
+    assert (
+        card.model.obs_features == schema.sampling.n_observation == (8 if recorded_set == "classic" else 12)
+    )
 
 
 def predicted_workload(n_jobs: int = 96, with_predictions: bool = True) -> BoundWorkload:
