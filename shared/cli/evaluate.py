@@ -28,7 +28,13 @@ from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES, baseline_names, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
-from shared.rl.setup import RunSetup, load_runner, load_trained, trained_load_definition
+from shared.rl.setup import (
+    RunSetup,
+    load_runner,
+    load_trained,
+    trained_estimates,
+    trained_load_definition,
+)
 from shared.sim.evaluate import PreparedWorkload
 
 METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while_waiting")
@@ -45,14 +51,6 @@ def _load_model(checkpoint: Path, untrained: bool) -> tuple[ActorCritic, ModelCa
         torch.manual_seed(card.training.seed)
         model = ActorCritic(card.model).eval()
     return model, card, schema
-
-
-def trained_estimates(info: TrainingInfo) -> str:
-    """The estimate model the card was trained with (``noisy``, the trainer's default, for a card
-    written before cards recorded it): evaluating under other information than training had is a
-    different question, asked with ``--estimates``."""
-    recorded = info.extra.get("estimates")
-    return recorded if isinstance(recorded, str) else "noisy"
 
 
 def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[list[str], list[str]]:

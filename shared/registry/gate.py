@@ -36,7 +36,7 @@ from shared.metrics import PairedDifference, Window, chronological_split, make_w
 from shared.model import ActorCritic, ModelCard
 from shared.rl.episodes import EpisodeRunner, episode_seed
 from shared.rl.reward import METRIC_NAMES, RewardSpec, window_score
-from shared.rl.setup import RunSetup, load_runner, load_trained
+from shared.rl.setup import RunSetup, load_runner, load_trained, trained_estimates
 
 DEFAULT_WINDOW_SIZE = 256
 DEFAULT_JOBS = 20_000
@@ -70,7 +70,9 @@ class GateSettings(HyloBaseSettings):
         default=None, gt=0.0, lt=1.0, description="windows come from after this chronological split"
     )
     overlap: bool = Field(default=False, description="allow overlapping windows (small workloads)")
-    estimates: Literal["noisy", "history", "oracle", "trace"] = "noisy"
+    estimates: Literal["noisy", "history", "predicted", "oracle", "trace"] | None = Field(
+        default=None, description="estimate model (default: the candidate card's; noisy if it has none)"
+    )
     metric: str | None = Field(default=None, description="wait | jct | bsld | utilization (default: card's)")
     margin: float = Field(
         default=0.02, ge=0.0, description="relative improvement required (0.02 = 2% better)"
@@ -327,9 +329,10 @@ def evaluate_gate(
         base_policy=info.base_policy,
         metric=metric,
         paper=paper,
-        estimates=settings.estimates,
+        estimates=settings.estimates or trained_estimates(info),
         warmup=settings.warmup if settings.warmup is not None else _extra_int(card, "warmup"),
         sampling=schema.sampling.mode,
+        feature_set=schema.sampling.feature_set,  # predictions attached when the model reads them
         seed=info.seed,
         n_jobs=settings.jobs or _extra_int(card, "jobs") or DEFAULT_JOBS,
     )
@@ -375,6 +378,7 @@ def evaluate_gate(
         "train_fraction": fraction,
         "test_jobs": [test.start, test.stop],
         "backfill": runner.settings.config.backfill,
+        "estimates": setup.estimates,
         "seed": settings.seed,
         "n_boot": settings.n_boot,
     }

@@ -158,6 +158,14 @@ def trained_load_definition(info: TrainingInfo) -> LoadDefinition:
     return check_definition(str(recorded))  # a ValueError naming the choices if unknown
 
 
+def trained_estimates(info: TrainingInfo) -> str:
+    """The estimate model the card was trained with (``noisy``, the trainer's default, for a card
+    written before cards recorded it): evaluating or gating under other information than training
+    had is a different question, asked explicitly (``--estimates``, ``HYLO_GATE_ESTIMATES``)."""
+    recorded = info.extra.get("estimates")
+    return recorded if isinstance(recorded, str) else "noisy"
+
+
 def expected_schema(card: ModelCard, source: str | Path | None = None) -> FeatureSchema:
     """This code's feature schema for the feature set and sampling rule the card was trained with
     (a card that records no set: ``classic``, every card before sets existed).

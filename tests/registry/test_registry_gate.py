@@ -23,6 +23,7 @@ from shared.features import FeatureSampler
 from shared.model import ActorCritic, ModelConfig
 from shared.model.checkpoint import save_checkpoint
 from shared.registry import GateError, Registry, decide
+from shared.registry.gate import evaluate_gate
 from shared.rl.setup import RunSetup, load_runner, make_card
 from tests.conftest_services import Bus
 from tests.registry.registry_helpers import TINY_GATE, announced, migrated, unique_cluster
@@ -93,7 +94,7 @@ def test_bad_inputs_are_named() -> None:
 # -- end to end: a better model passes, a worse one does not ---------------------------------------
 
 
-def linear_checkpoint(folder: Path, weight: float) -> Path:
+def linear_checkpoint(folder: Path, weight: float, estimates: str | None = None) -> Path:
     """A checkpoint whose actor scores ``weight * can_schedule_now`` (paper setting: no backfill)."""
     setup = RunSetup(metric="wait", paper=True, warmup=64, n_jobs=2000, sampling="fixed")
     _, runner = load_runner(None, "slurm-testbed", setup)
@@ -107,6 +108,8 @@ def linear_checkpoint(folder: Path, weight: float) -> Path:
         layer.bias.zero_()
         layer.weight[0, names.index("can_schedule_now")] = weight
     extra: dict[str, JsonValue] = {"jobs": 2000, "window_size": 64, "train_fraction": 0.7}
+    if estimates is not None:
+        extra["estimates"] = estimates
     card = make_card(model, runner, trace="embedded", cluster="slurm-testbed", seed=0, epochs=0, extra=extra)
     save_checkpoint(folder, model, card)
     return folder
@@ -132,6 +135,7 @@ async def test_a_better_model_passes_the_gate_and_is_announced(
         gate = result.gate
         assert gate is not None and gate.passed, gate
         assert gate.reference == f"model:{bad}" and gate.setup["backfill"] == "none"
+        assert gate.setup["estimates"] == "noisy"  # the card records none: the trainer's default
         assert gate.rel_low > TINY_GATE.margin  # far better, not just past the margin
         assert 2 * gate.candidate_mean < gate.reference_mean  # blocking the head idles the cluster
 
@@ -164,3 +168,12 @@ async def test_a_better_model_passes_the_gate_and_is_announced(
         assert len(await announced(bus, cluster)) == 3
     finally:
         await engine.dispose()
+
+
+def test_the_gate_judges_with_the_cards_estimates_unless_told(tmp_path: Path) -> None:
+    """A candidate trained on history estimates is gated on them (as hylo evaluate does);
+    HYLO_GATE_ESTIMATES (here the settings field) overrides the card."""
+    candidate = linear_checkpoint(tmp_path / "history", 10.0, estimates="history")
+    assert evaluate_gate(candidate, None, TINY_GATE).setup["estimates"] == "history"
+    told = TINY_GATE.model_copy(update={"estimates": "noisy"})
+    assert evaluate_gate(candidate, None, told).setup["estimates"] == "noisy"
