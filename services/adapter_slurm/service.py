@@ -1,7 +1,9 @@
 """The Slurm adapter service: polls Slurm into snapshots and outcomes, applies placement decisions.
 
-Inputs and outputs (``docs/slurm-adapter.md``): every ``HYLO_SLURM_POLL_INTERVAL_S`` (30 s) and on
-``POST /v1/poll`` it publishes a QueueSnapshot and the JobOutcomes of finished jobs; it consumes the
+Inputs and outputs (``docs/slurm-adapter.md``): every ``HYLO_SLURM_POLL_INTERVAL_S`` (30 s), on
+``POST /v1/poll`` and, with ``HYLO_SLURM_EVENTS_LISTEN``, at once on slurmctld's push events
+(``events.py``: submissions and job ends, relayed on ``<root>.v1.<cluster>.events``) it publishes a
+QueueSnapshot and the JobOutcomes of finished jobs; it consumes the
 ``placements`` of its cluster (durable ``adapter-slurm-<cluster>``, so adapters of different clusters
 never take each other's decisions) and writes priorities with ``scontrol``. ``/readyz`` is false while
 the last poll failed (slurmctld unreachable, malformed output), with the reason.
@@ -27,6 +29,7 @@ from nats.js.api import DeliverPolicy
 
 from services.adapter_slurm.adapter import SlurmAdapter
 from services.adapter_slurm.commands import SlurmCommandError
+from services.adapter_slurm.events import EventPoller, PushEvents, events_subject
 from services.adapter_slurm.poll_loop import PollLoop
 from services.adapter_slurm.settings import SlurmAdapterSettings
 from shared.bus.consumer import Delivery
@@ -52,6 +55,16 @@ async def build(ctx: ServiceContext) -> Wiring:
         retry_max_s=settings.slurm_retry_max_s,
         min_gap_s=min(settings.slurm_min_poll_gap_s, settings.slurm_poll_interval_s),
     )
+    events: PushEvents | None = None
+    address = settings.events_address()
+    if address is not None:
+        poller = EventPoller(
+            loop.poll_once,
+            lambda: {job_id: job.state for job_id, job in adapter.jobs.items()},
+            min_gap_s=settings.slurm_event_min_gap_s,
+        )
+        events = PushEvents(ctx.nc, events_subject(ctx.subjects, cluster), cluster, address, poller)
+        await events.start()  # before the poll task: a taken port fails the start with nothing left running
     stop = asyncio.Event()
     task = asyncio.create_task(loop.run(stop), name=f"adapter-slurm-{cluster}-poll")
 
@@ -86,6 +99,8 @@ async def build(ctx: ServiceContext) -> Wiring:
         }
 
     async def on_stop() -> None:
+        if events is not None:
+            await events.close()
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, timeout=settings.slurm_command_timeout_s * 2 + 1)

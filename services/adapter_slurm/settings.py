@@ -10,6 +10,7 @@ of ``HYLO_*`` variables configures both.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,20 @@ from shared.schemas import validate_cluster_name
 
 #: Slurm's largest job priority (uint32, minus the INFINITE / NO_VAL markers)
 SLURM_MAX_PRIORITY = 4_294_967_293
+
+
+def events_address(value: str) -> tuple[str, int]:
+    """``"127.0.0.1:6897"`` -> (host, port). An IPv4 address, as the hooks send to one (they do no
+    name lookups inside slurmctld); ``0.0.0.0`` listens on every interface."""
+    host, sep, port = value.rpartition(":")
+    try:
+        ipaddress.IPv4Address(host)
+        number = int(port)
+    except ValueError:
+        number = 0
+    if not sep or not 0 < number < 65536:
+        raise ValueError(f"slurm_events_listen {value!r}: expected IPv4:port, e.g. 127.0.0.1:6897")
+    return host, number
 
 
 class SlurmAdapterSettings(HyloBaseSettings):
@@ -47,6 +62,19 @@ class SlurmAdapterSettings(HyloBaseSettings):
         ge=0,
         description="least time between two polls, also when a decision asks for an early one "
         "(without it every applied decision triggered a poll and the next decision: ~8 polls/s)",
+    )
+    slurm_events_listen: str | None = Field(
+        default=None,
+        description="push events: the UDP address (IPv4:port) where the adapter receives the "
+        "datagrams of slurmctld's hooks (job_submit.lua, EpilogSlurmctld) and polls at once; "
+        "none = polling only (docs/slurm-adapter.md, 'Push events')",
+    )
+    slurm_event_min_gap_s: float = Field(
+        default=0.05,
+        ge=0,
+        le=10,
+        description="least time between two polls that push events trigger (a burst of submissions "
+        "is coalesced into polls this far apart); also the first follow-up's delay",
     )
     slurm_retry_max_s: float = Field(
         default=60.0, gt=0, description="longest wait between retries while slurmctld is unreachable"
@@ -110,6 +138,14 @@ class SlurmAdapterSettings(HyloBaseSettings):
     def _cluster_name(cls, value: str) -> str:
         return validate_cluster_name(value)
 
+    @field_validator("slurm_events_listen")
+    @classmethod
+    def _events_listen(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        events_address(value)
+        return value
+
     @model_validator(mode="after")
     def _band(self) -> SlurmAdapterSettings:
         if self.slurm_priority_bottom >= self.slurm_priority_top:
@@ -140,6 +176,10 @@ class SlurmAdapterSettings(HyloBaseSettings):
             return self.slurm_failsafe_lease
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return Path(base) / "hylo" / f"slurm-{self.slurm_cluster}.lease.json"
+
+    def events_address(self) -> tuple[str, int] | None:
+        """(host, port) of ``slurm_events_listen``; None when push events are off."""
+        return None if self.slurm_events_listen is None else events_address(self.slurm_events_listen)
 
     def spec_source(self) -> str:
         """The cluster spec (preset or file) of ``slurm_cluster``."""

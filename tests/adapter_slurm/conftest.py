@@ -34,8 +34,17 @@ ROOT = Path(__file__).resolve().parents[2]
 UP = ROOT / "deploy" / "slurm-dev" / "up"
 DOWN = ROOT / "deploy" / "slurm-dev" / "down"
 FIXTURES = Path(__file__).parent / "fixtures"
-#: the test cluster: its own ports, and accounting (slurmdbd) for real QOS and sacct
-UP_ARGS = ("--ctld-port", "6917", "--slurmd-port-base", "6930", "--accounting")
+#: the test cluster: its own ports, accounting (slurmdbd) for real QOS and sacct, and the push-event
+#: hooks addressed to the tests' cluster name (they send to udp://127.0.0.1:6997, 6917 + 80)
+UP_ARGS = (
+    "--ctld-port",
+    "6917",
+    "--slurmd-port-base",
+    "6930",
+    "--accounting",
+    "--hylo-cluster",
+    "slurm-test",
+)
 
 
 @dataclass(frozen=True)
