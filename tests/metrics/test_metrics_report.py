@@ -26,8 +26,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def fake_window(label: str, wait: float, util: float, *, unfinished: int = 0, seed: int = 0) -> WindowMetrics:
     """A WindowMetrics with chosen mean wait and utilization (other fields derived, plausible)."""
     rng = np.random.default_rng(seed)
-    waits = rng.exponential(wait, size=20)
-    waits *= wait / waits.mean()  # exact mean
+    waits = rng.exponential(wait, size=20) if wait > 0 else np.zeros(20)
+    if wait > 0:
+        waits *= wait / waits.mean()  # exact mean
     stats = DistStats.of(waits)
     jct = DistStats.of(waits + 600.0)
     bsld = DistStats.of(1.0 + waits / 600.0)
@@ -294,6 +295,7 @@ def test_no_wait_share_counts_windows_where_every_job_started_on_arrival() -> No
     quiet = [fake_window(lbl, 0.0, 0.5) for lbl in labels[:3]] + [fake_window("d", 100.0, 0.5)]
     cut = [fake_window(lbl, 0.0, 0.5, unfinished=1 if lbl == "a" else 0) for lbl in labels]
     cmp = PolicyComparison({"x": quiet, "y": cut})
+    assert quiet[0].wait_s.mean == 0.0 and quiet[3].wait_s.mean == pytest.approx(100.0)
     assert cmp.no_wait_share("x") == pytest.approx(0.75)
     assert cmp.no_wait_share("y") == pytest.approx(0.75)  # an unstarted job waited
     assert "75%" in render(cmp.table())
