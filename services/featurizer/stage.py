@@ -20,6 +20,7 @@ the normalized ``num_ways``. Cluster columns: the 7 ``CLUSTER_FEATURES``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -37,13 +38,32 @@ from shared.features import (
     SamplingConfig,
     compute_features,
 )
+from shared.prediction.online import LivePredictions, OnlinePredictor, Submissions
+from shared.prediction.predictor import PredictorSettings
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
-from shared.schemas.messages import FeatureMatrix
-from shared.schemas.snapshot import QueueSnapshot
+from shared.schemas.messages import FeatureMatrix, JobOutcome
+from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.schemas.views import MATRIX_COLUMNS, SnapshotViews, snapshot_views
 
-__all__ = ["FeaturizerStage", "featurize"]
+__all__ = ["FeaturizerStage", "featurize", "submissions"]
+
+
+def submissions(pending: PendingJobs) -> Submissions:
+    """A snapshot's pending jobs as the live predictor reads them (what is known at submission)."""
+    return Submissions(
+        job_id=pending.job_id,
+        submit_s=pending.submit_s,
+        gpus=pending.gpus,
+        gpu_milli=pending.gpu_milli,
+        gpu_types=pending.gpu_types,
+        cpus_milli=pending.cpus_milli,
+        mem_mib=pending.mem_mib,
+        est_runtime_s=pending.est_runtime_s,
+        user=pending.user,
+        partition=pending.partition,
+        qos=pending.qos,
+    )
 
 
 def featurize(
@@ -52,14 +72,17 @@ def featurize(
     config: FeatureConfig | None = None,
     node_slack: int = 0,
     only: set[str] | None = None,
+    predictions: LivePredictions | None = None,
 ) -> tuple[SnapshotViews, FeatureValues]:
-    """Views and feature values of ``snapshot`` on ``spec`` (``only``: a subset of the pending jobs).
+    """Views and feature values of ``snapshot`` on ``spec`` (``only``: a subset of the pending jobs;
+    ``predictions``: the live predictor's, per pending job of the snapshot, for the views).
 
     Raises ``StageError`` when the snapshot contradicts the spec (unknown node group, too many nodes,
     free resources above capacity).
     """
     try:
-        views = snapshot_views(snapshot, spec, node_slack, only)
+        predicted = None if predictions is None else (predictions.runtime, predictions.low, predictions.high)
+        views = snapshot_views(snapshot, spec, node_slack, only, predicted)
     except (KeyError, ValueError) as err:
         raise StageError(
             f"snapshot {snapshot.correlation_id} does not fit cluster spec {spec.name!r}: {err}"
@@ -85,6 +108,7 @@ class FeaturizerStage:
         sampling: SamplingConfig | None = None,
         node_slack: int = 0,
         limits: Limits = DEFAULT_LIMITS,
+        predictor: PredictorSettings | None = None,
     ) -> None:
         if node_slack < 0:
             raise ValueError("node_slack must be >= 0")
@@ -95,6 +119,35 @@ class FeaturizerStage:
         self.node_slack = node_slack
         self.limits = limits
         self._context = limits.context()
+        self.predictor_settings = predictor or PredictorSettings()
+        self.predictors: dict[str, OnlinePredictor] = {}
+        #: per cluster, the last featurized snapshot's views (what the status endpoint reports)
+        self.last_views: dict[str, SnapshotViews] = {}
+        self._predictors_lock = threading.Lock()
+
+    def predictor_of(self, cluster: str) -> OnlinePredictor | None:
+        """The live predictor of ``cluster`` (made on first use); None when live prediction is off."""
+        if not self.predictor_settings.live:
+            return None
+        with self._predictors_lock:
+            found = self.predictors.get(cluster)
+            if found is None:
+                found = self.predictors[cluster] = OnlinePredictor(self.predictor_settings, cluster)
+            return found
+
+    def record_outcome(self, outcome: JobOutcome) -> bool:
+        """Feed a finished job to its cluster's predictor; True when a refit is now due (the caller
+        runs ``refit``, off the event loop: a fit takes about a second)."""
+        predictor = self.predictor_of(outcome.cluster)
+        if predictor is None:
+            return False
+        predictor.record_outcome(outcome.job_id, outcome.start_s, outcome.end_s)
+        return predictor.refit_due
+
+    def refit(self, cluster: str) -> bool:
+        """Run the due fit of ``cluster``'s predictor, if any; True when one was made."""
+        predictor = self.predictor_of(cluster)
+        return predictor is not None and predictor.refit()
 
     def spec_of(self, cluster: str) -> ClusterSpec:
         spec = self.specs.get(cluster)
@@ -110,7 +163,10 @@ class FeaturizerStage:
         """
         t0 = time.perf_counter()
         spec = self.spec_of(snapshot.cluster)
-        views, values = featurize(snapshot, spec, self.config, self.node_slack)
+        predictor = self.predictor_of(snapshot.cluster)
+        predictions = None if predictor is None else predictor.predict(submissions(snapshot.pending))
+        views, values = featurize(snapshot, spec, self.config, self.node_slack, predictions=predictions)
+        self.last_views[snapshot.cluster] = views
         rows = np.empty((len(views.job_ids), len(MATRIX_COLUMNS)))
         rows[:, : len(JOB_FEATURES)] = values.job
         rows[:, len(JOB_FEATURES)] = values.ways

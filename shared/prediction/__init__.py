@@ -9,7 +9,9 @@ predictor and the older ``history`` estimate (``shared.traces.estimates``) use.
 
 Layer: data (1), beside ``shared.traces``, which uses it for ``--estimates predicted``; it imports
 only the domain model and the settings (and scikit-learn), never the traces package. ``cache``
-keeps each trace's predictions on disk, keyed by a hash of the predictor's inputs.
+keeps each trace's predictions on disk, keyed by a hash of the predictor's inputs. ``online``
+runs the same model on a live cluster (``OnlinePredictor``: fed snapshots' pending jobs and their
+outcomes; the featurizer service uses it).
 """
 
 from shared.prediction.attach import attach_predictions, has_predictions

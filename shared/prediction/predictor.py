@@ -60,6 +60,8 @@ SOURCES = ("model", "user estimate", "history", "trace median", "default")
 MAX_CATEGORIES = 254  # the regressor's max_bins (255) less one
 #: the weights of the model's correction to the reference that ``choose_shrink`` picks from
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: settings read only by the live predictor (``PredictorSettings.cache_fields`` leaves them out)
+LIVE_SETTINGS = ("live", "live_memory")
 
 
 class PredictionError(ValueError):
@@ -95,6 +97,17 @@ class PredictorSettings(HyloBaseSettings):
     default_runtime_s: float = 3_600.0  # cold start with nothing finished at all
     threads: int = 1  # OpenMP threads per fit (more only helps on idle cores)
     seed: int = 0
+    # live only (``shared.prediction.online``; not part of the prediction cache's key):
+    # the featurizer predicts the pending jobs' runtimes from the outcomes (HYLO_PREDICTOR_LIVE);
+    # off by default until a served model reads them: the featurizer's classic matrix does not, and
+    # predicting costs it 20-45 ms per snapshot with new jobs plus a replay of the outcome stream
+    live: bool = False
+    live_memory: int = 50_000  # jobs a live predictor remembers, seen pending and finished (each)
+
+    def cache_fields(self) -> dict[str, Any]:
+        """The settings that change offline predictions (the prediction cache's key): all but the
+        live ones, so that tuning the live predictor does not throw the traces' caches away."""
+        return self.model_dump(exclude=set(LIVE_SETTINGS))
 
     def check(self, where: str) -> None:
         """Raise ``PredictionError`` naming the first bad setting."""
@@ -114,6 +127,10 @@ class PredictorSettings(HyloBaseSettings):
             ),
             (self.max_iter < 1 or self.band_iter < 1, "max_iter and band_iter must be >= 1"),
             (self.threads < 1, f"threads must be >= 1, got {self.threads}"),
+            (
+                self.live_memory < self.max_train,
+                f"live_memory {self.live_memory} is below max_train {self.max_train}",
+            ),
         ]
         for bad, message in problems:
             if bad:
@@ -185,22 +202,31 @@ def fit_schedule(finish: FloatArray, settings: PredictorSettings) -> tuple[Float
     last_of_tie = np.flatnonzero(np.r_[ends[1:] != ends[:-1], True]) if len(ends) else np.zeros(0, int)
     times: list[float] = []
     counts: list[int] = []
-    period = settings.retrain_hours * 3_600.0
     for pos in last_of_tie.tolist():
         done, at = pos + 1, float(ends[pos])
-        if done < settings.min_train:
-            continue
-        if (
-            not counts
-            or done - counts[-1] >= min(settings.retrain_jobs, settings.retrain_growth * counts[-1])
-            or at - times[-1] >= period
-        ):
+        if fit_due(done, at, (times[-1], counts[-1]) if counts else None, settings):
             times.append(at)
             counts.append(done)
     return np.asarray(times, dtype=np.float64), np.asarray(counts, dtype=np.int64)
 
 
-def _cold_start(
+def fit_due(done: int, at: float, last: tuple[float, int] | None, settings: PredictorSettings) -> bool:
+    """Whether a fit is due once ``done`` jobs have finished, the last at ``at``; ``last`` is the
+    previous fit's (time, finished count), None before the first.
+
+    The one batch rule of the offline schedule (``fit_schedule``) and of the live predictor
+    (``shared.prediction.online``).
+    """
+    if done < settings.min_train:
+        return False
+    if last is None:
+        return True
+    time_of, count = last
+    grown = done - count >= min(settings.retrain_jobs, settings.retrain_growth * count)
+    return grown or at - time_of >= settings.retrain_hours * 3_600.0
+
+
+def cold_start(
     table: JobTable, finish: FloatArray, rows: IntArray, settings: PredictorSettings
 ) -> tuple[FloatArray, npt.NDArray[np.int8]]:
     """Predictions and their sources for the jobs ``rows`` that no fit can serve yet."""
@@ -255,16 +281,62 @@ def _regressors(settings: PredictorSettings, categorical: tuple[bool, ...]) -> l
     ]
 
 
-def _fit_and_predict(
+@dataclass(frozen=True, eq=False)
+class FittedModels:
+    """The three fitted models of one fit (point, low, high) and what they need to predict.
+
+    Why an object (and not one fit-and-predict call): the offline replay predicts a fit's jobs at
+    once, but a live cluster (``shared.prediction.online``) predicts each job when it first sees
+    it, long after the fit; both go through ``fit_models``, so they fit the same models the same way.
+    ``names`` are the feature columns the fit saw (a query matrix is aligned to them by name),
+    ``used`` those of them that had a value in the training rows, ``fill`` the training rows'
+    median log runtime (the reference of a job without one).
+    """
+
+    names: tuple[str, ...]
+    encoder: CategoryEncoder
+    used: npt.NDArray[np.bool_]
+    fill: float
+    models: tuple[object, ...]
+
+    def predict_ratios(
+        self, features: Features, query: IntArray, reference: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """For rows ``query`` of ``features``: the reference log runtime used and the models'
+        predicted log ratios to it (point, low, high; shape (3, len(query)))."""
+        matrix = _aligned(features, self.names)[query]
+        ref_query = np.where(np.isnan(reference[query]), self.fill, reference[query])
+        x_query = self.encoder.transform(matrix)[:, self.used]
+        ratios = np.empty((3, len(query)))
+        for k, model in enumerate(self.models):
+            ratios[k] = model.predict(x_query)  # type: ignore[attr-defined]
+        return ref_query, ratios
+
+
+def _aligned(features: Features, names: tuple[str, ...]) -> FloatArray:
+    """``features.matrix`` with the columns ``names`` in that order (NaN for a column it lacks).
+
+    Why: which history columns exist depends on the table (``user_overestimate`` only where some job
+    has an estimate), and a live query table is not the table the fit learned from.
+    """
+    if features.names == names:
+        return features.matrix
+    out = np.full((len(features.matrix), len(names)), np.nan)
+    for i, name in enumerate(names):
+        if name in features.names:
+            out[:, i] = features.matrix[:, features.names.index(name)]
+    return out
+
+
+def fit_models(
     features: Features,
     train: IntArray,
     target: FloatArray,
-    query: IntArray,
     reference: FloatArray,
     settings: PredictorSettings,
-) -> tuple[FloatArray, FloatArray]:
-    """Fit the three models on rows ``train``; for rows ``query`` return the reference log runtime
-    used and the models' predicted log ratios to it (point, low, high; shape (3, len(query))).
+) -> FittedModels:
+    """Fit the three models on rows ``train`` (the one fit of both the offline replay and the live
+    predictor).
 
     The models learn the log ratio of the runtime to ``reference`` (the submitter's recent log
     runtime, known at submission; where there is none, the training rows' median): trees cannot
@@ -273,20 +345,38 @@ def _fit_and_predict(
     """
     fill = float(np.median(target[train]))
     ref_train = np.where(np.isnan(reference[train]), fill, reference[train])
-    ref_query = np.where(np.isnan(reference[query]), fill, reference[query])
     encoder = CategoryEncoder(features.categorical, MAX_CATEGORIES).fit(features.matrix[train])
     x_train = encoder.transform(features.matrix[train])
     # a column with no value in the training rows (the trace lacks it, or no history yet) tells
     # the fit nothing, and the regressor cannot bin it: leave it out of this fit
     used = np.asarray(np.isfinite(x_train).any(axis=0), dtype=bool)
     x_train = x_train[:, used]
-    x_query = encoder.transform(features.matrix[query])[:, used]
     categorical = tuple(c for c, u in zip(features.categorical, used.tolist(), strict=True) if u)
-    ratios = np.empty((3, len(query)))
-    for k, model in enumerate(_regressors(settings, categorical)):
+    models = _regressors(settings, categorical)
+    for model in models:
         model.fit(x_train, target[train] - ref_train)  # type: ignore[attr-defined]
-        ratios[k] = model.predict(x_query)  # type: ignore[attr-defined]
-    return ref_query, ratios
+    return FittedModels(names=features.names, encoder=encoder, used=used, fill=fill, models=tuple(models))
+
+
+def _fit_and_predict(
+    features: Features,
+    train: IntArray,
+    target: FloatArray,
+    query: IntArray,
+    reference: FloatArray,
+    settings: PredictorSettings,
+) -> tuple[FloatArray, FloatArray]:
+    """``fit_models`` on rows ``train``, then its ``predict_ratios`` for rows ``query``."""
+    return fit_models(features, train, target, reference, settings).predict_ratios(features, query, reference)
+
+
+def combine(ref: FloatArray, ratios: FloatArray, shrink: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The point prediction and its band (seconds, unclipped) from a reference and the models'
+    ratios: ``reference + shrink x point ratio``, the band around it (never excluding the point)."""
+    point = np.exp(ref + shrink * ratios[0])
+    low = np.minimum(np.exp(ref + ratios[1]), point)
+    high = np.maximum(np.exp(ref + ratios[2]), point)
+    return point, low, high
 
 
 def choose_shrink(
@@ -352,7 +442,7 @@ def predict_runtimes(
     cache_dir = cache.enabled(use_cache)
     if cache_dir is None:
         return _predict(table, s)
-    key = cache.cache_key(table, s.model_dump(), PREDICTOR_VERSION)
+    key = cache.cache_key(table, s.cache_fields(), PREDICTOR_VERSION)
     path = cache.cache_file(cache_dir, key)
     entry = cache.load_entry(path, key, (*_CACHED_ARRAYS, "fit_seconds"))
     hit = _from_entry(entry, len(table), s) if entry is not None else None
@@ -377,7 +467,7 @@ def _predict(table: JobTable, s: PredictorSettings) -> RuntimePredictions:
     runtime, low, high = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     source = np.full(n, SOURCES.index("model"), dtype=np.int8)
     cold = np.flatnonzero(fit_of < 0)
-    runtime[cold], source[cold] = _cold_start(table, finish, cold, s)
+    runtime[cold], source[cold] = cold_start(table, finish, cold, s)
     by_finish = np.argsort(finish, kind="stable")
     target = np.log(np.maximum(table.runtime, MIN_RUNTIME_S))
     features = submission_features(table, finish, s.history_k) if len(cold) < n else None
@@ -397,10 +487,7 @@ def _predict(table: JobTable, s: PredictorSettings) -> RuntimePredictions:
             shrink[i] = choose_shrink(by_finish[: fit_counts[k]], base, ratio, target, s)
             spent += time.perf_counter() - started
             base[query], ratio[query] = ref, ratios[0]
-            point = np.exp(ref + shrink[i] * ratios[0])
-            runtime[query] = point
-            low[query] = np.minimum(np.exp(ref + ratios[1]), point)
-            high[query] = np.maximum(np.exp(ref + ratios[2]), point)
+            runtime[query], low[query], high[query] = combine(ref, ratios, shrink[i])
     return RuntimePredictions(
         runtime=np.maximum(runtime, MIN_RUNTIME_S),
         low=np.maximum(low, MIN_RUNTIME_S),

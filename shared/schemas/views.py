@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from shared.domain.cluster import ClusterSpec
 from shared.features.catalog import JOB_FEATURES
-from shared.features.views import ClusterView, IntArray, QueueView
+from shared.features.views import ClusterView, FloatArray, IntArray, QueueView
 from shared.scheduling.binding import fits_empty_group
 from shared.schemas.columns import pick
 from shared.schemas.messages import ExcludedJob
@@ -606,17 +606,32 @@ def _codes(names: Sequence[str], seed: Sequence[str]) -> tuple[list[int], tuple[
     return list(map(table.__getitem__, names)), tuple(table)
 
 
+def _predicted_columns(
+    predictions: tuple[FloatArray, FloatArray, FloatArray] | None, base: list[int], rows: list[int], n: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The QueueView's predicted columns (point, low, high) for the kept jobs (``rows`` of the
+    ``base`` jobs); all NaN (missing) without predictions."""
+    if predictions is None:
+        return np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    at = np.asarray(base, dtype=np.int64)[np.asarray(rows, dtype=np.int64)] if n else np.zeros(0, np.int64)
+    point, low, high = (np.asarray(v, dtype=np.float64)[at] for v in predictions)
+    return point, low, high
+
+
 def snapshot_views(
     snapshot: QueueSnapshot,
     spec: ClusterSpec,
     node_slack: int = 0,
     only: Collection[str] | None = None,
+    predictions: tuple[FloatArray, FloatArray, FloatArray] | None = None,
 ) -> SnapshotViews:
     """Build the featurizer's views of ``snapshot`` on ``spec``; raises ValueError naming what is wrong.
 
     ``only`` restricts the queue to the pending jobs with those ids (in snapshot order), as if the
     others were not queued: the learned prioritizer computes the features of the jobs its model sees
-    this way when it sees only part of a long queue, as the simulator does.
+    this way when it sees only part of a long queue, as the simulator does. ``predictions``: the
+    runtime predictor's (point, low, high) per pending job of the snapshot, in its order (the live
+    predictor, ``shared.prediction.online``); without them the predicted columns are missing (NaN).
     """
     layout = node_layout(spec, snapshot.nodes)
     pending = snapshot.pending
@@ -633,6 +648,7 @@ def snapshot_views(
     spec_vcs = sorted({p for g in spec.node_groups for p in g.partitions} | set(spec.partitions))
     vc, vc_names = _codes(kept.partition, spec_vcs)
     user, user_names = _codes(kept.user, ())
+    predicted = _predicted_columns(predictions, base, rows, len(eligible))
     queue = QueueView(
         gpus=column_array(kept.gpus, np.int64),
         gpu_milli=column_array(kept.gpu_milli, np.int64),
@@ -644,11 +660,11 @@ def snapshot_views(
         vc=np.array(vc, dtype=np.int64),
         eligible=eligible,
         n_vcs=max(1, len(vc_names)),
-        # a snapshot carries no runtime predictions (its message schema has none): the
-        # ``predicted`` feature set reads every job's as missing (``QueueView``: NaN = none)
-        predicted_s=np.full(len(eligible), np.nan),
-        predicted_lo_s=np.full(len(eligible), np.nan),
-        predicted_hi_s=np.full(len(eligible), np.nan),
+        # a snapshot carries no runtime predictions (its message schema has none): the caller's,
+        # else missing, which the ``predicted`` feature set reads as such (``QueueView``: NaN = none)
+        predicted_s=predicted[0],
+        predicted_lo_s=predicted[1],
+        predicted_hi_s=predicted[2],
     )
     # one pass over the running jobs (thousands of them on a big cluster): a job's group is its first
     # node's, found from the node's slot (groups' slots are consecutive)
