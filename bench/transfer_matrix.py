@@ -94,15 +94,15 @@ def plot(cells: list[dict[str, Any]], checkpoints: list[Path], traces: list[str]
             if gain is not None:
                 grid[i, j] = 100 * gain
     fig, ax = plt.subplots(figsize=(1.6 * len(traces) + 2, 0.8 * len(checkpoints) + 1.5))
-    bound = max(10.0, float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 10.0)
-    image = ax.imshow(grid, cmap="RdYlGn", vmin=-bound, vmax=bound)
+    # colours saturate at +-50%: a -1,000% cell would otherwise wash out the differences that matter
+    image = ax.imshow(np.clip(grid, -50.0, 50.0), cmap="RdYlGn", vmin=-50.0, vmax=50.0)
     ax.set_xticks(range(len(traces)), traces)
     ax.set_yticks(range(len(checkpoints)), [c.parent.name for c in checkpoints])
     for i in range(len(checkpoints)):
         for j in range(len(traces)):
             text = "n/a" if np.isnan(grid[i, j]) else f"{grid[i, j]:+.0f}%"
             ax.text(j, i, text, ha="center", va="center")
-    fig.colorbar(image, label="BSLD gain over the best baseline (%)")
+    fig.colorbar(image, label="BSLD gain (%; colour clipped at ±50)")
     ax.set_title("transfer: learned vs best baseline (BSLD)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
