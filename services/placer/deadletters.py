@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.placer.recorder import RECORDED, apply_record
+from shared.bus.browse import read_stream
 from shared.bus.streams import stream_name
 from shared.schemas.base import Message
 from shared.schemas.codec import MessageError, decode
@@ -94,24 +94,7 @@ async def read_dead_letters(
     """Every dead letter of ``cluster`` (all clusters if None), oldest first, with its sequence in
     the dead stream (an ephemeral consumer that acks nothing: reading leaves the stream as it was)."""
     subject = subjects.of(cluster, "dead") if cluster is not None else subjects.all_clusters("dead")
-    config = ConsumerConfig(
-        ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0
-    )
-    sub = await js.pull_subscribe(subject, durable=None, stream=stream_name(subjects, "dead"), config=config)
-    out: list[tuple[int, DeadLetter]] = []
-    try:
-        while (await sub.consumer_info()).num_pending:
-            try:
-                msgs = await sub.fetch(256, timeout=2.0)
-            except TimeoutError:
-                break
-            for m in msgs:
-                with contextlib.suppress(MessageError):  # not a dead letter: nothing to replay
-                    out.append((m.metadata.sequence.stream, decode(DeadLetter, m.data, limits)))
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return out
+    return await read_stream(js, subject, stream_name(subjects, "dead"), DeadLetter, limits)
 
 
 async def _original(js: JetStreamContext, letter: DeadLetter) -> bytes | str:

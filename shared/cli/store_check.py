@@ -17,18 +17,16 @@ says how many and exits non-zero (``shared.cli.run``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import text
 
 from shared.bus import BusSettings, connect, stream_name
+from shared.bus.browse import read_stream
 from shared.bus.consumer import short
 from shared.bus.settings import message_limits
-from shared.schemas.codec import MessageError, decode
 from shared.schemas.messages import PlacementDecision
 from shared.schemas.subjects import Subjects
 
@@ -127,34 +125,16 @@ async def expected_rows(
     try:
         js = nc.jetstream()
         limits = message_limits(bus, nc.max_payload)
-        config = ConsumerConfig(
-            ack_policy=AckPolicy.NONE,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=after_seq + 1,
-            inactive_threshold=30.0,
-        )
-        sub = await js.pull_subscribe(
-            subjects.of(cluster, "placements"),
-            durable=None,
-            stream=stream_name(subjects, "placements"),
-            config=config,
-        )
-        try:
-            while (await sub.consumer_info()).num_pending:
-                try:
-                    msgs = await sub.fetch(256, timeout=2.0)
-                except TimeoutError:
-                    break
-                for m in msgs:
-                    with contextlib.suppress(MessageError):  # dead-lettered by the recorder too
-                        decision = decode(PlacementDecision, m.data, limits)
-                        ids = [j for j in decision.placements.job_id if j.startswith(prefix)]
-                        if ids:
-                            decisions[decision.correlation_id] = len(ids)
-                            jobs.update(ids)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        stream = stream_name(subjects, "placements")
+        subject = subjects.of(cluster, "placements")
+        # a decision that does not decode was dead-lettered by the recorder too
+        for _, decision in await read_stream(
+            js, subject, stream, PlacementDecision, limits, start_seq=after_seq + 1
+        ):
+            ids = [j for j in decision.placements.job_id if j.startswith(prefix)]
+            if ids:
+                decisions[decision.correlation_id] = len(ids)
+                jobs.update(ids)
     finally:
         await nc.close()
     return Expected(decisions=decisions, jobs=frozenset(jobs), outcomes=outcomes)
