@@ -226,10 +226,9 @@ async def record_shadow(conn: AsyncConnection, shadow: ShadowPriorities) -> int:
     )
 
 
-async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bool:
-    """Store a model version once, then apply its announced status (idempotent); True if new."""
-    table = table_of(ModelVersionRow)
-    row = {
+def _version_row(model: ModelVersion) -> dict[str, Any]:
+    """The ``model_versions`` columns a ``ModelVersion`` message fills."""
+    return {
         "version": model.version,
         "cluster": model.cluster,
         "sha256": model.sha256,
@@ -237,8 +236,13 @@ async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bo
         "card": dict(model.card),
         "status": model.status,
         "created_at": model.created_at,
-        "promoted_at": model.promoted_at,
     }
+
+
+async def record_model_version(conn: AsyncConnection, model: ModelVersion) -> bool:
+    """Store a model version once, then apply its announced status (idempotent); True if new."""
+    table = table_of(ModelVersionRow)
+    row = {**_version_row(model), "promoted_at": model.promoted_at}
     new = await insert_or_ignore(conn, table, [row], ["version"]) == 1
     if not new:
         await conn.execute(
@@ -259,13 +263,8 @@ async def record_announced_model(conn: AsyncConnection, model: ModelVersion) -> 
     knows is left alone. True if the version was new."""
     claimed = "" if model.status == "candidate" else f" as {model.status!r} (not applied)"
     row = {
-        "version": model.version,
-        "cluster": model.cluster,
-        "sha256": model.sha256,
-        "uri": model.uri,
-        "card": dict(model.card),
+        **_version_row(model),
         "status": "candidate",
-        "created_at": model.created_at,
         "reason": f"seen only as an announcement on the bus{claimed}; the registry never registered it",
     }
     return await insert_or_ignore(conn, table_of(ModelVersionRow), [row], ["version"]) == 1
