@@ -276,9 +276,10 @@ class Cluster:
     def down(self) -> None:
         subprocess.run(self.down_argv(), check=False, capture_output=True, text=True)
 
-    def squeue(self) -> list[list[str]]:
+    def _squeue(self, states: str, fields: str) -> list[list[str]]:
+        """``squeue -h -t STATES -o FIELDS`` (fields joined by ``|``), one list per job."""
         done = subprocess.run(
-            ["squeue", "-h", "-t", "all", "-o", "%i|%j|%T|%Q"],
+            ["squeue", "-h", "-t", states, "-o", fields],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -288,18 +289,12 @@ class Cluster:
             raise RuntimeError(f"squeue failed: {done.stderr.strip()}")
         return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
 
+    def squeue(self) -> list[list[str]]:
+        return self._squeue("all", "%i|%j|%T|%Q")
+
     def pending_priorities(self) -> list[list[str]]:
         """``squeue -t PD``: job id and priority of the pending jobs only (the fast monitor's read)."""
-        done = subprocess.run(
-            ["squeue", "-h", "-t", "PD", "-o", "%i|%Q"],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"squeue failed: {done.stderr.strip()}")
-        return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
+        return self._squeue("PD", "%i|%Q")
 
     def jobcomp(self) -> dict[str, dict[str, str]]:
         """The job completion file: job id -> its key=value fields."""
