@@ -14,7 +14,10 @@
 
 The service has no bus route: it reads the store, and publishes only through the registry (a
 promotion's ``ModelVersion`` on ``models``). ``/healthz``, ``/readyz`` (NATS and the database) and
-``/metrics`` come from the shared runtime.
+``/metrics`` come from the shared runtime and are open; the two routes above are behind the API
+guard (``shared.service.api_auth``, ``HYLO_API_*``): ``POST /v1/retrain`` needs a token of scope
+``admin`` (a run costs minutes of CPU and may promote a model), ``GET /v1/status`` one of scope
+``read``, and both are rate-limited per client.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends, HTTPException
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -40,6 +43,7 @@ from shared.bus.publisher import Publisher
 from shared.registry import Registry
 from shared.retrain import DriftResult, latest_submit, queue_drift
 from shared.service import ServiceContext, ServiceDefinition, Wiring
+from shared.service.api_auth import ApiGuard, ApiSecuritySettings, api_guard
 from shared.store import upgrade
 
 log = logging.getLogger("hylo.trainer")
@@ -207,8 +211,41 @@ def choose_cluster(settings: TrainerSettings, clusters: dict[str, str]) -> tuple
     return name, clusters[name]
 
 
+def trainer_router(trainer: Trainer, guard: ApiGuard) -> APIRouter:
+    """``POST /v1/retrain`` (scope admin) and ``GET /v1/status`` (scope read) of ``trainer``."""
+    router = APIRouter(responses=guard.responses())
+
+    @router.post(
+        "/v1/retrain",
+        status_code=202,
+        response_model=RetrainAccepted,
+        summary="Start a retraining run (scope admin)",
+        dependencies=[Depends(guard.require("admin"))],
+    )
+    async def retrain(request: RetrainRequest | None = None) -> RetrainAccepted:
+        trigger = (request.reason if request else "api") or "api"
+        report = trainer.start(trigger)
+        if report is None:
+            running = trainer.running
+            raise HTTPException(409, f"a run is in progress: {running.run_id if running else '?'}")
+        return RetrainAccepted(run_id=report.run_id, cluster=trainer.cluster, trigger=trigger)
+
+    @router.get(
+        "/v1/status",
+        response_model=TrainerStatus,
+        summary="Running run, recent runs, drift (scope read)",
+        dependencies=[Depends(guard.require("read"))],
+    )
+    async def status() -> TrainerStatus:
+        return trainer.status()
+
+    return router
+
+
 async def build(ctx: ServiceContext) -> Wiring:
     settings = TrainerSettings()
+    # refuse to start before anything runs: an admin route open to the network is worse than no trainer
+    guard = api_guard(ApiSecuritySettings(), ctx.settings.http_host, "the trainer")
     assert ctx.engine is not None  # needs_store
     await upgrade(ctx.engine)
     cluster, spec_arg = choose_cluster(settings, ctx.settings.clusters)
@@ -238,22 +275,7 @@ async def build(ctx: ServiceContext) -> Wiring:
     if settings.drift_check_s > 0:
         loops.append(asyncio.create_task(trainer.drift_loop(), name="trainer-drift"))
 
-    router = APIRouter()
-
-    @router.post(
-        "/v1/retrain", status_code=202, response_model=RetrainAccepted, summary="Start a retraining run"
-    )
-    async def retrain(request: RetrainRequest | None = None) -> RetrainAccepted:
-        trigger = (request.reason if request else "api") or "api"
-        report = trainer.start(trigger)
-        if report is None:
-            running = trainer.running
-            raise HTTPException(409, f"a run is in progress: {running.run_id if running else '?'}")
-        return RetrainAccepted(run_id=report.run_id, cluster=cluster, trigger=trigger)
-
-    @router.get("/v1/status", response_model=TrainerStatus, summary="Running run, recent runs, drift")
-    async def status() -> TrainerStatus:
-        return trainer.status()
+    router = trainer_router(trainer, guard)
 
     async def on_stop() -> None:
         for task in loops:

@@ -12,6 +12,7 @@ from shared.cli.retrain import retrain_command
 from shared.cli.run import run_command, up_command
 from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
+from shared.cli.tokens import tokens_app
 from shared.cli.train import train_command
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command("report")(report_command)
 app.command("retrain")(retrain_command)
 app.add_typer(models_app, name="models")
 app.add_typer(deadletters_app, name="deadletters")
+app.add_typer(tokens_app, name="tokens")
 
 
 @app.callback()

@@ -6,6 +6,9 @@ same run in this process instead (``services.trainer.run.retrain_once``), agains
 (``HYLO_DATABASE_URL`` or ``--database-url``) and NATS (``HYLO_NATS_URL`` or ``--nats-url``), with
 the trainer's settings (``HYLO_TRAINER_*``) and the cluster map (``HYLO_CLUSTERS``).
 
+When the service has API tokens (docs/security.md), ``--token`` (or ``HYLO_API_TOKEN``) is sent as
+``Authorization: Bearer``: the run needs a token of scope ``admin``.
+
 Exit codes: 0 a new model was promoted; 1 the run finished without a promotion (the gate refused
 the candidate, or there were too few jobs: the reason is printed); 2 an error (the service is
 unreachable, a run is already going, the run failed).
@@ -14,6 +17,7 @@ unreachable, a run is already going, the run failed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Annotated, Any
 
@@ -45,13 +49,22 @@ def _print_report(report: dict[str, Any]) -> int:
     return 0 if status == "promoted" else 1 if status in ("refused", "skipped") else 2
 
 
-def _remote(url: str, reason: str, wait: bool, timeout_s: float) -> int:
+def _remote(url: str, reason: str, wait: bool, timeout_s: float, token: str | None) -> int:
     import httpx
 
     base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=10, headers=headers) as client:
             answer = client.post(f"{base}/v1/retrain", json={"reason": reason})
+            if answer.status_code in (401, 403):
+                detail = answer.text[:300]
+                with contextlib.suppress(ValueError):
+                    detail = str(answer.json().get("detail", detail))
+                raise fail(
+                    f"the trainer at {base} refused the request ({answer.status_code}: {detail}); pass "
+                    "--token or set HYLO_API_TOKEN to a token of scope admin (hylo tokens create)"
+                )
             if answer.status_code == 409:
                 raise fail(f"the trainer at {base} is busy: {answer.json().get('detail', answer.text)}")
             if answer.status_code != 202:
@@ -137,6 +150,10 @@ def retrain_command(
     subject_root: Annotated[
         str | None, typer.Option("--subject-root", help="with --local (default: HYLO_SUBJECT_ROOT)")
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="HYLO_API_TOKEN", help="the service's API token, of scope admin"),
+    ] = None,
 ) -> None:
     """Retrain the prioritizer from recorded outcomes; promote the result only if the gate passes."""
     if timeout <= 0:
@@ -144,5 +161,5 @@ def retrain_command(
     if local:
         code = _local(cluster, reason, database_url, nats_url, subject_root)
     else:
-        code = _remote(url, reason, wait, timeout)
+        code = _remote(url, reason, wait, timeout, token)
     raise typer.Exit(code)

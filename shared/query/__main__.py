@@ -2,6 +2,9 @@
 
 Why tracing is set up here and not in ``create_app``: the global tracer provider belongs to the
 process; tests build several apps in one process and must not install one each.
+
+Settings the API cannot start with (invalid values; a non-loopback address without API tokens, a
+bad token file) exit 2 with one line that names the setting, before anything listens.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pydantic import ValidationError
 
 from shared.query.app import create_app
 from shared.query.settings import QuerySettings
+from shared.service.api_auth import ApiAuthError, ApiSecuritySettings
 from shared.store.settings import StoreSettings
 from shared.telemetry import TelemetrySettings, setup_tracing, shutdown_tracing
 
@@ -23,6 +27,7 @@ def main() -> int:
         settings = QuerySettings()
         store = StoreSettings()
         telemetry = TelemetrySettings()
+        security = ApiSecuritySettings()
     except ValidationError as err:
         print(f"hylo query: invalid settings:\n{err}", file=sys.stderr)
         return 2
@@ -31,10 +36,15 @@ def main() -> int:
     )
     # /readyz reads the schema revision through Alembic, which logs each time at INFO
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        app = create_app(store, settings, security)
+    except ApiAuthError as err:
+        print(f"hylo query: {err}", file=sys.stderr)
+        return 2
     setup_tracing("query", telemetry)
     try:
         uvicorn.run(
-            create_app(store, settings),
+            app,
             host=settings.http_host,
             port=settings.http_port,
             log_level=settings.log_level.lower(),

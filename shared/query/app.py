@@ -14,16 +14,17 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from shared.query import queries
-from shared.query.cursor import CursorError, Order, decode_cursor
-from shared.query.errors import BadParameter, install
+from shared.query.cursor import CursorError, Order, decode_after, decode_cursor, encode_after
+from shared.query.errors import BAD_INPUT, NOT_FOUND, UNAVAILABLE, BadParameter, check_window, install
+from shared.query.report_route import ReportGate, add_report_routes
 from shared.query.schemas import (
     ClusterList,
     ClusterOut,
@@ -42,8 +43,8 @@ from shared.query.schemas import (
     Readiness,
 )
 from shared.query.settings import QuerySettings
-from shared.report import NotMigrated, ReportError, UnknownCluster, load_report_data, render_report
 from shared.schemas.base import CLUSTER_PATTERN
+from shared.service.api_auth import ApiGuard, ApiSecuritySettings, api_guard
 from shared.store.engine import create_engine
 from shared.store.migrate import current_revision, head_revision
 from shared.store.settings import StoreSettings
@@ -51,14 +52,6 @@ from shared.store.settings import StoreSettings
 JOB_PATTERN = r"^[^\s\x00-\x1f\x7f]{1,128}$"
 CORRELATION_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-
-Responses = dict[int | str, dict[str, Any]]
-
-NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "no such cluster, job or model version"}}
-BAD_INPUT: Responses = {422: {"model": ErrorBody, "description": "a parameter is invalid; `detail` names it"}}
-UNAVAILABLE: Responses = {
-    503: {"model": ErrorBody, "description": "the database is unreachable or not migrated"}
-}
 
 TAGS = [
     {"name": "decisions", "description": "What was decided, for which job, by which policy or model."},
@@ -77,6 +70,7 @@ async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
 
 
 Conn = Annotated[AsyncConnection, Depends(_connection)]
+ListCursor = Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page")]
 ClusterQuery = Annotated[
     str | None, Query(pattern=CLUSTER_PATTERN, description="only this cluster", examples=["prod-a"])
 ]
@@ -126,12 +120,6 @@ def _lifespan(store: StoreSettings) -> Callable[[FastAPI], AbstractAsyncContextM
     return lifespan
 
 
-def _check_window(since: float | None, until: float | None) -> None:
-    """``until`` must come after ``since`` when both are given (the window is ``[since, until)``)."""
-    if since is not None and until is not None and until <= since:
-        raise BadParameter("until", f"expected a time after since={since}", got=until)
-
-
 def _add_operation_routes(app: FastAPI, settings: QuerySettings, registry: CollectorRegistry) -> None:
     """``/healthz``, ``/readyz`` and ``/metrics``: what the orchestrator and Prometheus ask."""
 
@@ -164,19 +152,43 @@ def _add_operation_routes(app: FastAPI, settings: QuerySettings, registry: Colle
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _add_cluster_routes(app: FastAPI) -> None:
-    """``/v1/clusters``."""
+def _after(cursor: str | None, fields: int) -> list[str] | None:
+    if cursor is None:
+        return None
+    try:
+        return decode_after(cursor, fields)
+    except CursorError as err:
+        raise BadParameter("cursor", str(err), got=cursor) from err
 
-    @app.get("/v1/clusters", tags=["clusters"], summary="clusters in the store", responses=UNAVAILABLE)
-    async def clusters(conn: Conn) -> ClusterList:
-        rows = await queries.list_clusters(conn)
-        return ClusterList(clusters=[ClusterOut.model_validate(r) for r in rows])
+
+def _add_cluster_routes(router: APIRouter, settings: QuerySettings) -> None:
+    """``/v1/clusters``, by name, paged (at most ``settings.query_list_max`` a page)."""
+
+    @router.get(
+        "/v1/clusters",
+        tags=["clusters"],
+        summary="clusters in the store, by name",
+        responses={**BAD_INPUT, **UNAVAILABLE},
+    )
+    async def clusters(
+        conn: Conn,
+        limit: Annotated[
+            int, Query(ge=1, le=settings.query_list_max, description="items per page (HYLO_QUERY_LIST_MAX)")
+        ] = settings.query_list_max,
+        cursor: ListCursor = None,
+    ) -> ClusterList:
+        after = _after(cursor, 1)
+        rows = await queries.list_clusters(conn, limit, after[0] if after else None)
+        nxt = encode_after([rows[limit - 1]["name"]]) if len(rows) > limit else None
+        return ClusterList(
+            clusters=[ClusterOut.model_validate(r) for r in rows[:limit]], limit=limit, next_cursor=nxt
+        )
 
 
-def _add_decision_routes(app: FastAPI, settings: QuerySettings) -> None:
+def _add_decision_routes(router: APIRouter, settings: QuerySettings) -> None:
     """``/v1/decisions``: its page size limits come from ``settings``."""
 
-    @app.get(
+    @router.get(
         "/v1/decisions",
         tags=["decisions"],
         summary="decision rows, filtered and paged",
@@ -213,7 +225,7 @@ def _add_decision_routes(app: FastAPI, settings: QuerySettings) -> None:
             str | None, Query(max_length=512, description="`next_cursor` of the previous page")
         ] = None,
     ) -> DecisionPage:
-        _check_window(since, until)
+        check_window(since, until)
         after = None
         if cursor is not None:
             try:
@@ -240,10 +252,10 @@ def _add_decision_routes(app: FastAPI, settings: QuerySettings) -> None:
         )
 
 
-def _add_job_routes(app: FastAPI, settings: QuerySettings) -> None:
+def _add_job_routes(router: APIRouter, settings: QuerySettings) -> None:
     """``/v1/jobs/{cluster}/{job_id}``: its history limit comes from ``settings``."""
 
-    @app.get(
+    @router.get(
         "/v1/jobs/{cluster}/{job_id:path}",
         tags=["jobs"],
         summary="one job: request, outcome and why it got each priority",
@@ -290,10 +302,10 @@ def _add_job_routes(app: FastAPI, settings: QuerySettings) -> None:
         )
 
 
-def _add_model_routes(app: FastAPI) -> None:
-    """``/v1/models`` and ``/v1/models/{version}``."""
+def _add_model_routes(router: APIRouter, settings: QuerySettings) -> None:
+    """``/v1/models`` (newest first, paged) and ``/v1/models/{version}``."""
 
-    @app.get(
+    @router.get(
         "/v1/models",
         tags=["models"],
         summary="model versions, newest first",
@@ -305,11 +317,30 @@ def _add_model_routes(app: FastAPI) -> None:
         status: Annotated[
             Literal["candidate", "current", "retired"] | None, Query(description="only this status")
         ] = None,
+        limit: Annotated[
+            int, Query(ge=1, le=settings.query_list_max, description="items per page (HYLO_QUERY_LIST_MAX)")
+        ] = settings.query_list_max,
+        cursor: ListCursor = None,
     ) -> ModelList:
-        rows = await queries.list_models(conn, cluster, status)
-        return ModelList(models=[ModelOut.model_validate(r._mapping) for r in rows])
+        after = _after(cursor, 2)
+        key = None
+        if after is not None:
+            try:
+                key = (datetime.fromisoformat(after[0]), after[1])
+            except ValueError as err:
+                raise BadParameter(
+                    "cursor", "expected a next_cursor value returned by this API", got=cursor
+                ) from err
+        rows = await queries.list_models(conn, cluster, status, limit, key)
+        nxt = None
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            nxt = encode_after([last.created_at.isoformat(), last.version])
+        return ModelList(
+            models=[ModelOut.model_validate(r._mapping) for r in rows[:limit]], limit=limit, next_cursor=nxt
+        )
 
-    @app.get(
+    @router.get(
         "/v1/models/{version}",
         tags=["models"],
         summary="one model version: card, use and outcomes",
@@ -327,81 +358,28 @@ def _add_model_routes(app: FastAPI) -> None:
         return ModelDetail.model_validate(values)
 
 
-def _add_report_routes(app: FastAPI) -> None:
-    """``/v1/report``: the HTML report of a cluster, drawn in a worker thread."""
-    # one report is drawn at a time: matplotlib's font cache and settings are shared by threads, and a
-    # report keeps a CPU core busy for a second or more
-    report_lock = asyncio.Lock()
+def create_app(
+    store: StoreSettings | None = None,
+    settings: QuerySettings | None = None,
+    security: ApiSecuritySettings | None = None,
+) -> FastAPI:
+    """The query API over the store at ``store.database_url``; the engine opens with the app's lifespan.
 
-    @app.get(
-        "/v1/report",
-        tags=["reports"],
-        summary="the HTML report of a cluster",
-        description=(
-            "One self-contained HTML page (figures are PNG data URIs; the page loads nothing), as written by "
-            "`hylo report`: wait, JCT and bounded slowdown per policy / model version and over time, GPU "
-            "utilization, decision latency per stage (p50/p99 over time), fallbacks and their reasons per "
-            "model version, and model promotions. `since`/`until` cut decisions by snapshot time and jobs by "
-            "start time (cluster-clock seconds). Without `cluster`, the only cluster of the store; a store "
-            "with no cluster gives a page that says there is no data."
-        ),
-        response_class=HTMLResponse,
-        responses={
-            200: {
-                "description": "the report page",
-                "content": {"text/html": {"example": '<!DOCTYPE html><html lang="en">...</html>'}},
-            },
-            **NOT_FOUND,
-            **BAD_INPUT,
-            **UNAVAILABLE,
-        },
-    )
-    async def report(
-        request: Request,
-        cluster: Annotated[
-            str | None,
-            Query(
-                pattern=CLUSTER_PATTERN,
-                description="the cluster (default: the only one; 422 when the store has several)",
-                examples=["prod-a"],
-            ),
-        ] = None,
-        since: Annotated[
-            float | None,
-            Query(allow_inf_nan=False, description="from this cluster-clock time (s), inclusive"),
-        ] = None,
-        until: Annotated[
-            float | None,
-            Query(allow_inf_nan=False, description="up to this cluster-clock time (s), exclusive"),
-        ] = None,
-    ) -> HTMLResponse:
-        _check_window(since, until)
-        engine: AsyncEngine = request.app.state.engine
-        try:
-            async with engine.connect() as conn:
-                data = await load_report_data(conn, cluster=cluster, since=since, until=until)
-        except NotMigrated as err:
-            raise HTTPException(503, f"database not migrated: {err}") from None
-        except UnknownCluster as err:
-            raise HTTPException(404, str(err)) from None
-        except ReportError as err:
-            raise BadParameter(err.parameter or "cluster", str(err), got=cluster) from None
-        async with report_lock:
-            page = await asyncio.to_thread(render_report, data)
-        return HTMLResponse(page)
-
-
-def create_app(store: StoreSettings | None = None, settings: QuerySettings | None = None) -> FastAPI:
-    """The query API over the store at ``store.database_url``; the engine opens with the app's lifespan."""
+    ``security`` (default: ``HYLO_API_*``) decides who may call the data routes; an API that would
+    listen on a non-loopback ``settings.http_host`` without tokens raises ``ApiAuthError`` (one line).
+    """
     store = store or StoreSettings()
     settings = settings or QuerySettings()
+    guard = api_guard(security or ApiSecuritySettings(), settings.http_host, "the query API")
     app = FastAPI(
         title="Hylo query API",
         version="1",
         summary="Read-only access to Hylo's scheduling decisions, job outcomes and model versions.",
         description=(
             "Times named `*_s` are seconds on the cluster's clock; `*_at` are UTC wall-clock timestamps. "
-            "Errors are `{detail, errors}` with `detail` naming the parameter and what was expected."
+            "Errors are `{detail, errors}` with `detail` naming the parameter and what was expected. "
+            "Data routes need a bearer token of scope `read` when the service has tokens "
+            "(docs/security.md); `/healthz`, `/readyz` and `/metrics` are open."
         ),
         openapi_tags=TAGS,
         lifespan=_lifespan(store),
@@ -410,9 +388,17 @@ def create_app(store: StoreSettings | None = None, settings: QuerySettings | Non
     registry = _metrics(app)
     # registered in this order, which is also the order of the OpenAPI document's paths
     _add_operation_routes(app, settings, registry)
-    _add_cluster_routes(app)
-    _add_decision_routes(app, settings)
-    _add_job_routes(app, settings)
-    _add_model_routes(app)
-    _add_report_routes(app)
+    router, app.state.report_gate = _data_router(settings, guard)
+    app.include_router(router)
     return app
+
+
+def _data_router(settings: QuerySettings, guard: ApiGuard) -> tuple[APIRouter, ReportGate]:
+    """Every data route, behind ``guard`` (scope read, rate limits), and the report's gate."""
+    router = APIRouter(dependencies=[Depends(guard.require("read"))], responses=guard.responses(ErrorBody))
+    _add_cluster_routes(router, settings)
+    _add_decision_routes(router, settings)
+    _add_job_routes(router, settings)
+    _add_model_routes(router, settings)
+    gate = add_report_routes(router, settings)
+    return router, gate

@@ -1,10 +1,11 @@
-"""Opaque keyset cursors for paging through decisions.
+"""Opaque keyset cursors for paging through decisions (and the short lists: clusters, models).
 
 Why keyset and not OFFSET: decisions arrive continuously; an offset shifts when new rows land, so a
 client paging with OFFSET would see rows twice or skip them, and OFFSET n costs n rows of scanning.
 The cursor is the (snapshot_time, id) of the last row served plus the order it was served in; the
 next page starts strictly after it, on the (cluster, snapshot_time) index. It is base64url JSON:
-opaque to clients, but nothing secret is in it.
+opaque to clients, but nothing secret is in it. The short lists page the same way, on their sort key
+(a cluster's name; a model version's creation time and name): ``encode_after``/``decode_after``.
 """
 
 from __future__ import annotations
@@ -57,3 +58,21 @@ def decode_cursor(text: str, order: Order) -> Cursor:
     if o != order:
         raise CursorError(f"this cursor was issued for order={o}; repeat the request with order={o}")
     return Cursor(float(t), i, o)
+
+
+def encode_after(values: list[str]) -> str:
+    """The cursor of a short list (clusters, model versions): the sort key of the last item served."""
+    raw = json.dumps({"a": values}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_after(text: str, fields: int) -> list[str]:
+    """The sort key in a cursor of ``encode_after`` with ``fields`` strings; CursorError otherwise."""
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (binascii.Error, ValueError) as err:
+        raise CursorError("expected a next_cursor value returned by this API (not decodable)") from err
+    values = doc.get("a") if isinstance(doc, dict) and set(doc) == {"a"} else None
+    if not isinstance(values, list) or len(values) != fields or not all(isinstance(v, str) for v in values):
+        raise CursorError("expected a next_cursor value returned by this API for this list")
+    return values

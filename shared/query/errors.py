@@ -31,12 +31,27 @@ EXPECTED = {
 }
 
 
+Responses = dict[int | str, dict[str, Any]]
+
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "no such cluster, job or model version"}}
+BAD_INPUT: Responses = {422: {"model": ErrorBody, "description": "a parameter is invalid; `detail` names it"}}
+UNAVAILABLE: Responses = {
+    503: {"model": ErrorBody, "description": "the database is unreachable or not migrated"}
+}
+
+
 class BadParameter(Exception):
     """A parameter that passed type checks but is still unusable (a foreign cursor, until < since)."""
 
     def __init__(self, parameter: str, problem: str, got: Any = None, location: str = "query") -> None:
         super().__init__(f"{location} parameter '{parameter}': {problem}")
         self.error = ParamError(parameter=parameter, location=location, problem=problem, got=got)
+
+
+def check_window(since: float | None, until: float | None) -> None:
+    """``until`` must come after ``since`` when both are given (the window is ``[since, until)``)."""
+    if since is not None and until is not None and until <= since:
+        raise BadParameter("until", f"expected a time after since={since}", got=until)
 
 
 def _param_errors(raw: Sequence[Any]) -> list[ParamError]:

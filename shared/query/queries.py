@@ -8,6 +8,7 @@ needs identity maps or lazy loading, and Core statements show exactly which inde
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, and_, func, or_, select, text
@@ -34,27 +35,33 @@ async def known_clusters(conn: AsyncConnection, most: int = 20) -> list[str]:
     return [r[0] for r in rows]
 
 
-async def list_clusters(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Every cluster with the time and sequence of its newest decided snapshot."""
+async def list_clusters(conn: AsyncConnection, limit: int, after: str | None = None) -> list[dict[str, Any]]:
+    """Clusters by name, after ``after``, at most ``limit`` + 1 of them (the extra one says a next page
+    exists), each with the time and sequence of its newest decided snapshot."""
+    page = select(CLUSTERS.c.name, CLUSTERS.c.created_at, CLUSTERS.c.spec).order_by(CLUSTERS.c.name)
+    if after is not None:
+        page = page.where(CLUSTERS.c.name > after)
+    named = page.limit(limit + 1).subquery()
     newest = (
         select(
             DECISIONS.c.cluster,
             func.max(DECISIONS.c.snapshot_time).label("last_snapshot_time"),
             func.max(DECISIONS.c.sequence).label("last_sequence"),
         )
+        .where(DECISIONS.c.cluster.in_(select(named.c.name)))
         .group_by(DECISIONS.c.cluster)
         .subquery()
     )
     stmt = (
         select(
-            CLUSTERS.c.name,
-            CLUSTERS.c.created_at,
-            CLUSTERS.c.spec,
+            named.c.name,
+            named.c.created_at,
+            named.c.spec,
             newest.c.last_snapshot_time,
             newest.c.last_sequence,
         )
-        .outerjoin(newest, newest.c.cluster == CLUSTERS.c.name)
-        .order_by(CLUSTERS.c.name)
+        .outerjoin(newest, newest.c.cluster == named.c.name)
+        .order_by(named.c.name)
     )
     return [dict(r._mapping) for r in await conn.execute(stmt)]
 
@@ -129,12 +136,23 @@ async def job_history(
     return int(count), rows
 
 
-async def list_models(conn: AsyncConnection, cluster: str | None, status: str | None) -> list[Row[Any]]:
-    stmt = select(MODELS).order_by(MODELS.c.created_at.desc(), MODELS.c.version)
+async def list_models(
+    conn: AsyncConnection,
+    cluster: str | None,
+    status: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> list[Row[Any]]:
+    """Model versions newest first (ties by version), after the (created_at, version) ``after``, at
+    most ``limit`` + 1 of them (the extra one says a next page exists)."""
+    created, version = MODELS.c.created_at, MODELS.c.version
+    stmt = select(MODELS).order_by(created.desc(), version).limit(limit + 1)
     if cluster is not None:
         stmt = stmt.where(MODELS.c.cluster == cluster)
     if status is not None:
         stmt = stmt.where(MODELS.c.status == status)
+    if after is not None:
+        stmt = stmt.where(or_(created < after[0], and_(created == after[0], version > after[1])))
     return list(await conn.execute(stmt))
 
 

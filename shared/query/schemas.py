@@ -46,7 +46,12 @@ class ClusterOut(Out):
 
 
 class ClusterList(Out):
-    clusters: list[ClusterOut]
+    clusters: list[ClusterOut] = Field(description="by name")
+    limit: int = Field(description="the page size used", examples=[1000])
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as ?cursor= (with the same filters) for the next page; null on the last page",
+    )
 
 
 class DecisionOut(Out):
@@ -144,6 +149,11 @@ class ModelOut(Out):
 
 class ModelList(Out):
     models: list[ModelOut] = Field(description="newest first")
+    limit: int = Field(description="the page size used", examples=[1000])
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as ?cursor= (with the same filters) for the next page; null on the last page",
+    )
 
 
 class ModelOutcomes(Out):

@@ -331,7 +331,9 @@ async def test_models_list_and_detail_with_outcomes(seeded: Seeded) -> None:
                 "created_at": "2026-11-01T00:00:00Z",
                 "promoted_at": None,
             }
-        ]
+        ],
+        "limit": 1000,
+        "next_cursor": None,
     }
     assert (await get(seeded.http, "/v1/models", cluster=c, status="current"))["models"] == []
 
