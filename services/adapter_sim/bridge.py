@@ -92,6 +92,7 @@ class PipelineBridge:
         self._dead = await self.js.subscribe(
             self.publisher.subjects.of(self.cluster, "dead"),
             cb=self._on_dead,
+            stream=stream_name(self.publisher.subjects, "dead"),  # no stream lookup by subject
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.NEW,
         )

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,20 +142,26 @@ class LocalStack:
         self.children.append(child)
         return child
 
-    def start_nats(self, timeout_s: float = 20.0, max_payload: int = 8 << 20) -> str:
+    def start_nats(
+        self, timeout_s: float = 20.0, max_payload: int = 8 << 20, includes: Sequence[Path] = ()
+    ) -> str:
         """Start ``nats-server`` with JetStream on a free port, storage in the workdir; returns its URL.
 
         ``max_payload`` is raised from NATS' 1 MiB default to the bus' default message limit
         (``HYLO_MAX_MESSAGE_BYTES``): a feature matrix embeds its snapshot of up to 1,024 jobs.
+        ``includes``: configuration files inside the workdir to include (the authorization and TLS
+        blocks of ``shared.bus.credentials``).
         """
         store = self.workdir / "nats"
         store.mkdir(parents=True, exist_ok=True)
+        # nats-server resolves an include relative to the including file
+        lines = [f"include {json.dumps(os.path.relpath(path, self.workdir))}\n" for path in includes]
         for _ in range(MAX_PORT_RETRIES + 1):
             port = free_port()
             config = self.workdir / "nats-server.conf"
             config.write_text(
                 f'listen: "127.0.0.1:{port}"\nmax_payload: {max_payload}\n'
-                f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n}}\n",
+                f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n}}\n" + "".join(lines),
                 encoding="utf-8",
             )
             child = self._spawn("nats-server", [str(nats_server_binary()), "-c", str(config)], port)
@@ -179,15 +185,17 @@ class LocalStack:
         env: Mapping[str, str],
         names: tuple[str, ...] = PIPELINE,
         ports: Mapping[str, int] | None = None,
+        env_of: Mapping[str, Mapping[str, str]] | None = None,
     ) -> list[Child]:
         """Start each service as ``python -m services.<name>`` with ``env`` plus its own HTTP port
-        (``ports``, else a free one) and replica name."""
+        (``ports``, else a free one), replica name and ``env_of[name]`` (its bus identity)."""
         started = []
         token = uuid.uuid4().hex[:8]
         for name in names:
             port = (ports or {}).get(name) or free_port()
             replica = f"{name}-{token}"
-            child_env = {**os.environ, **env, "HYLO_HTTP_PORT": str(port), "HYLO_REPLICA": replica}
+            own = (env_of or {}).get(name, {})
+            child_env = {**os.environ, **env, **own, "HYLO_HTTP_PORT": str(port), "HYLO_REPLICA": replica}
             argv = [sys.executable, "-m", f"services.{name}"]
             started.append(self._spawn(name, argv, port, child_env, replica))
         return started

@@ -28,6 +28,33 @@ class BusSettings(HyloBaseSettings):
     nats_user: str | None = None
     nats_password: SecretStr | None = None
     nats_creds: Path | None = Field(default=None, description="NATS credentials (.creds) file")
+    nats_nkey_seed: Path | None = Field(
+        default=None,
+        description="file holding this identity's NKEY seed (written by `hylo bus credentials`); the "
+        "server knows only its public key and the subjects it may use",
+    )
+    nats_tls_ca: Path | None = Field(
+        default=None, description="CA bundle that signed the server's certificate (asks for TLS)"
+    )
+    nats_tls_cert: Path | None = Field(
+        default=None, description="client certificate, for servers that verify clients (asks for TLS)"
+    )
+    nats_tls_key: Path | None = Field(default=None, description="the client certificate's private key")
+    nats_tls_handshake_first: bool = Field(
+        default=True,
+        description="with TLS, start the TLS handshake before the server says anything (the server's "
+        "tls block needs handshake_first: true), so nothing, credentials included, ever travels in "
+        "plaintext and a server without TLS is refused; off: upgrade after the server's INFO, refusing "
+        "a server that does not offer TLS",
+    )
+    nats_manage_streams: bool = Field(
+        default=True,
+        description="create and update the JetStream streams at start-up; identities without the "
+        "right (`hylo bus credentials` sets false for all but admin) wait for the streams instead",
+    )
+    nats_streams_wait_s: float = Field(
+        default=60.0, gt=0, description="how long an identity that cannot create streams waits for them"
+    )
     nats_connect_timeout_s: float = Field(default=2.0, gt=0)
     nats_max_reconnect_attempts: int = Field(
         default=60, ge=-1, description="per server, also on the first connect; -1 = retry forever"

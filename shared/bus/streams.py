@@ -20,6 +20,8 @@ dead letters). A server that still cannot reserve them gets an error naming the 
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -88,8 +90,43 @@ def stream_plans(subjects: Subjects, settings: BusSettings) -> list[StreamPlan]:
     return plans
 
 
+class StreamsMissing(RuntimeError):
+    """Streams this identity may not create did not appear in time (nobody ran ``hylo bus init``)."""
+
+
+async def wait_for_streams(js: JetStreamContext, subjects: Subjects, settings: BusSettings) -> list[str]:
+    """Wait until every stream of the namespace exists (for identities that may not create them).
+
+    Why wait rather than fail at once: in a deployment the admin's one-shot ``hylo bus init`` and the
+    services start together; a service that comes up first waits up to ``nats_streams_wait_s``."""
+    names = [stream_name(subjects, kind) for kind in KINDS]
+    deadline = time.monotonic() + settings.nats_streams_wait_s
+    missing = list(names)
+    while True:
+        for name in list(missing):
+            try:
+                await js.stream_info(name)
+                missing.remove(name)
+            except NotFoundError:
+                pass
+        if not missing:
+            return names
+        if time.monotonic() >= deadline:
+            raise StreamsMissing(
+                f"streams {', '.join(missing)} do not exist and this identity may not create them "
+                f"(HYLO_NATS_MANAGE_STREAMS=false); waited {settings.nats_streams_wait_s:g} s: run "
+                "`hylo bus init` with the admin credentials"
+            )
+        await asyncio.sleep(0.5)
+
+
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, settings: BusSettings) -> list[str]:
-    """Create missing streams and bring existing ones to the configured limits; returns their names."""
+    """Create missing streams and bring existing ones to the configured limits; returns their names.
+
+    An identity without the right to manage streams (``nats_manage_streams`` false) only waits for
+    them: the server would refuse its requests, and a refused request only times out."""
+    if not settings.nats_manage_streams:
+        return await wait_for_streams(js, subjects, settings)
     names = []
     for plan in stream_plans(subjects, settings):
         name = plan.config.name

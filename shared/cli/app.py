@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from shared.cli.bus import bus_app
 from shared.cli.deadletters import deadletters_app
 from shared.cli.evaluate import evaluate_command
 from shared.cli.models import models_app
@@ -33,6 +34,7 @@ app.command("retrain")(retrain_command)
 app.add_typer(models_app, name="models")
 app.add_typer(deadletters_app, name="deadletters")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(bus_app, name="bus")
 
 
 @app.callback()

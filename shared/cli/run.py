@@ -42,6 +42,7 @@ from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotError
 from services.adapter_sim.stack import PIPELINE, LocalStack, StackError
 from shared.bus import BusSettings
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.cli.run_bus import RunBus, throwaway_credentials, up_credentials
 from shared.cli.store_check import StoreCheck, placements_mark, run_check, wait_for_store
 from shared.domain.cluster import SpecError
 from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutOfReach, offered_load
@@ -198,8 +199,10 @@ def _checkpoint(model: Path | None) -> Path | None:
     return path
 
 
-def _start_services(stack: LocalStack, env: dict[str, str], ready_timeout: float) -> None:
-    stack.start_services(env)
+def _start_services(
+    stack: LocalStack, env: dict[str, str], ready_timeout: float, env_of: dict[str, dict[str, str]]
+) -> None:
+    stack.start_services(env, env_of=env_of)
     ready: list[str] = []
     t0 = time.perf_counter()
     with console.status(f"starting {', '.join(PIPELINE)}") as status:
@@ -384,7 +387,7 @@ def _drive(
     options: ReplayOptions,
     work: PreparedWorkload,
     stack: LocalStack,
-    bus: BusSettings,
+    run_bus: RunBus,
     database_url: str,
     db_label: str,
     ready_timeout: float,
@@ -392,11 +395,14 @@ def _drive(
 ) -> None:
     """Shared tail of ``run`` and ``up``: services, replay, comparison, report."""
     settings = options.settings()
+    bus = run_bus.base
     env = _service_env(options, bus.nats_url, database_url, bus.subject_root)
-    _start_services(stack, env, ready_timeout)
-    mark = asyncio.run(placements_mark(bus))
-    run = _replay(bus, settings, work, stack)
-    check = _check_store(options, bus, database_url, mark, run.stats.outcomes, stack)
+    if run_bus.credentials is not None:
+        run_bus.init_streams()
+    _start_services(stack, env, ready_timeout, run_bus.service_env(PIPELINE))
+    mark = asyncio.run(placements_mark(run_bus.admin()))
+    run = _replay(run_bus.adapter(options.cluster_name), settings, work, stack)
+    check = _check_store(options, run_bus.admin(), database_url, mark, run.stats.outcomes, stack)
     stored = check if isinstance(check, str) else check.stored_line()
     with console.status("stopping the pipeline"):
         stack.stop()
@@ -540,11 +546,21 @@ def run_command(
     stack = LocalStack(workdir)
     with _interruptible(stack):
         with console.status("starting nats-server"):
-            nats_url = stack.start_nats()
+            # throwaway identities and TLS: the run exercises the permissions a deployment has
+            credentials = throwaway_credentials(workdir / "bus", options.cluster_name, "hylo")
+            assert credentials.tls_conf is not None
+            nats_url = stack.start_nats(includes=[credentials.auth_conf, credentials.tls_conf])
         _migrate(database_url)
-        bus = BusSettings(nats_url=nats_url, subject_root="hylo")
+        run_bus = RunBus(BusSettings(nats_url=nats_url, subject_root="hylo"), credentials)
         _drive(
-            options, work, stack, bus, database_url, str(database), ready_timeout, {"database": str(database)}
+            options,
+            work,
+            stack,
+            run_bus,
+            database_url,
+            str(database),
+            ready_timeout,
+            {"database": str(database)},
         )
 
 
@@ -571,6 +587,13 @@ def up_command(
     model: ModelOpt = None,
     speedup: SpeedupOpt = None,
     store_wait: StoreWaitOpt = 120.0,
+    credentials: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder written by `hylo bus credentials` (with an adapter for --cluster-name): each "
+            "service, the replay and the CLI use their own identity"
+        ),
+    ] = None,
 ) -> None:
     """Like ``hylo run``, against a NATS server and a database you already run: starts only the
     featurizer, prioritizer and placer, then replays the simulated cluster through them."""
@@ -597,6 +620,10 @@ def up_command(
         bus = BusSettings(nats_url=nats_url, subject_root=subject_root)
     except ValidationError as err:
         raise fail(str(err.errors()[0]["msg"])) from None
+    try:
+        run_bus = RunBus(bus, up_credentials(credentials, cluster_name, PIPELINE))
+    except ValueError as err:
+        raise fail(f"--credentials: {err}") from None
     _migrate(database_url)
     out.mkdir(parents=True, exist_ok=True)
     stack = LocalStack(Path(tempfile.mkdtemp(prefix="up-", dir=out)))
@@ -605,7 +632,7 @@ def up_command(
             options,
             work,
             stack,
-            bus,
+            run_bus,
             database_url,
             database_url,
             ready_timeout,

@@ -25,12 +25,18 @@ def nats_binary() -> Path:
 
 
 @contextlib.contextmanager
-def private_nats(tmp_path: Path, jetstream: str = "") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start nats-server with JetStream in ``tmp_path``; ``jetstream``: extra lines of its block."""
+def private_nats(
+    tmp_path: Path, jetstream: str = "", includes: tuple[Path, ...] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start nats-server with JetStream in ``tmp_path``; ``jetstream``: extra lines of its block;
+    ``includes``: configuration files under ``tmp_path`` to include (authorization, TLS)."""
     port = free_port()
     store = tmp_path / "js"
     conf = tmp_path / "nats.conf"
-    conf.write_text(f'listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: "{store}"\n{jetstream}\n}}\n')
+    extra = "".join(f'include "{path.relative_to(tmp_path)}"\n' for path in includes)
+    conf.write_text(
+        f'listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: "{store}"\n{jetstream}\n}}\n{extra}'
+    )
     proc = subprocess.Popen(
         [str(nats_binary()), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
