@@ -49,6 +49,7 @@ from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutO
 from shared.policies import POLICY_NAMES
 from shared.sim.applied import RefusedStart
 from shared.sim.evaluate import EMBEDDED, PreparedWorkload
+from shared.store.settings import safe_url
 
 #: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle).
 #: 800 generated jobs at offered load 0.9 (in-span: the utilization over their arrival span if
@@ -226,7 +227,7 @@ def _migrate(database_url: str) -> None:
             upgrade_url(database_url)
         except Exception as err:  # a wrong URL, an unreachable server: say which
             raise fail(
-                f"cannot migrate the database at {database_url}: {type(err).__name__}: {err}"
+                f"cannot migrate the database at {safe_url(database_url)}: {type(err).__name__}: {err}"
             ) from None
 
 
@@ -634,7 +635,7 @@ def up_command(
             stack,
             run_bus,
             database_url,
-            database_url,
+            safe_url(database_url),  # printed: never with its password
             ready_timeout,
             {"run_id": run_id.rstrip("-")},
         )

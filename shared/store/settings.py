@@ -1,14 +1,21 @@
-"""Database settings: one URL, ``HYLO_DATABASE_URL``.
+"""Database settings: one URL, ``HYLO_DATABASE_URL``, and optionally its password from a file.
 
-Why a URL only: SQLAlchemy URLs already carry driver, host, credentials and options; the embedded
+Why a URL: SQLAlchemy URLs already carry driver, host, credentials and options; the embedded
 default is a SQLite file through aiosqlite, deployments point it at PostgreSQL through asyncpg
-(``postgresql+asyncpg://user:pass@host/db``).
+(``postgresql+asyncpg://user@host/db``). Why a password file (``HYLO_DATABASE_PASSWORD_FILE``): a
+secret in an environment variable is visible to anything that can read the process' environment
+(``docker inspect``, ``/proc/<pid>/environ``); compose and Kubernetes mount secrets as files. The
+password is put into the URL here, once, and never printed (``safe_url``).
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from shared.config import HyloBaseSettings
 
@@ -20,3 +27,32 @@ class StoreSettings(HyloBaseSettings):
 
     database_url: str = Field(default="sqlite+aiosqlite:///hylo.db", description="SQLAlchemy async URL")
     database_echo: bool = Field(default=False, description="log every SQL statement")
+    database_password_file: Path | None = Field(
+        default=None,
+        description="file holding the database password (a mounted secret), put into database_url",
+    )
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> StoreSettings:
+        if self.database_password_file is None:
+            return self
+        try:
+            password = self.database_password_file.read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise ValueError(
+                f"HYLO_DATABASE_PASSWORD_FILE={self.database_password_file}: {err.strerror}"
+            ) from None
+        try:
+            url = make_url(self.database_url).set(password=password)
+        except ArgumentError as err:
+            raise ValueError(f"HYLO_DATABASE_URL: not a database URL ({err})") from None
+        self.database_url = url.render_as_string(hide_password=False)
+        return self
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, for logs and messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<not a database URL>"

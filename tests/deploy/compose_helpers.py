@@ -58,3 +58,44 @@ def published_ports(service: dict[str, Any]) -> list[tuple[str, int, int]]:
         assert len(parts) == 3, f"ports entry {entry!r}: expected ip:host:container"
         out.append((parts[0], int(parts[1]), int(parts[2].split("/")[0])))
     return out
+
+
+#: where the compose file reads its generated secrets from (deploy/secrets/generate writes them)
+SECRETS_PREFIX = "./deploy/secrets/"
+
+
+def generate_secrets(out: Path) -> Path:
+    """Run ``deploy/secrets/generate`` with its output in ``out`` (never the repository's folder)."""
+    import os
+    import subprocess
+    import sys
+
+    hylo = Path(sys.executable).parent / "hylo"
+    env = {**os.environ, "HYLO_SECRETS_DIR": str(out), "HYLO": str(hylo)}
+    result = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "secrets" / "generate")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def host_file(source: str, secrets: Path) -> Path:
+    """A compose file path (``./...``) on this machine, generated secrets read from ``secrets``."""
+    if source.startswith(SECRETS_PREFIX):
+        return secrets / source.removeprefix(SECRETS_PREFIX)
+    return ROOT / source
+
+
+def secret_mounts(service: dict[str, Any], secrets: Path) -> dict[str, Path]:
+    """``/run/secrets/<target>`` -> the generated file, for each secret ``service`` is given."""
+    declared = load()["secrets"]
+    mounts: dict[str, Path] = {}
+    for entry in service.get("secrets", []):
+        source, target = (entry, entry) if isinstance(entry, str) else (entry["source"], entry.get("target"))
+        mounts[f"/run/secrets/{target or source}"] = host_file(declared[source]["file"], secrets)
+    return mounts

@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.compose_helpers import COMPOSE, ROOT, interpolate, published_ports, services
+from tests.deploy.compose_helpers import (
+    COMPOSE,
+    ROOT,
+    SECRETS_PREFIX,
+    generate_secrets,
+    host_file,
+    interpolate,
+    load,
+    published_ports,
+    secret_mounts,
+    services,
+)
 
 #: the Hylo processes of the compose file, their module and port (HYLO_HTTP_PORT defaults)
 HYLO = {
@@ -23,7 +34,7 @@ HYLO = {
     "trainer": ("services.trainer", 8106),
 }
 #: jobs that run once and exit: no healthcheck, never restarted (the simulated cluster replays once)
-ONE_SHOT = {"migrate", "adapter_sim"}
+ONE_SHOT = {"migrate", "bus_init", "adapter_sim"}
 REPLICABLE = {"featurizer", "prioritizer", "placer"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
@@ -71,21 +82,54 @@ def test_hylo_services_listen_on_their_own_port_and_are_checked_there() -> None:
         env = s["environment"]
         assert env["HYLO_HTTP_PORT"] == str(port), name
         assert env["HYLO_HTTP_HOST"] == "0.0.0.0", name
-        assert env["HYLO_NATS_URL"] == "nats://nats:4222", name
+        assert env["HYLO_NATS_URL"] == "tls://nats:4222", name
         assert env["HYLO_CONFIG"] == "/etc/hylo/hylo.toml", name
         assert "HYLO_OTLP_ENDPOINT" in env, name
         assert interpolate(env["HYLO_DATABASE_URL"]).endswith("@postgres:5432/hylo"), name
+        assert env["HYLO_DATABASE_PASSWORD_FILE"].startswith("/run/secrets/"), name
         # hylo-healthcheck asks 127.0.0.1:$HYLO_HTTP_PORT/healthz inside the container
         assert s["healthcheck"]["test"] == ["CMD", "hylo-healthcheck", "/healthz"], name
         exposed = {int(p) for p in s.get("expose", [])} | {c for _, _, c in published_ports(s)}
         assert exposed == {port}, name
-    # the query API reads through the read-only role; writers use the owner
+    # the query API reads through the read-only role; writers use the owner; no password in a URL
     assert interpolate(svc["query"]["environment"]["HYLO_DATABASE_URL"]).startswith(
-        "postgresql+asyncpg://hylo_reader:hylo_reader@"
+        "postgresql+asyncpg://hylo_reader@"
     )
     assert interpolate(svc["placer"]["environment"]["HYLO_DATABASE_URL"]).startswith(
-        "postgresql+asyncpg://hylo:hylo@"
+        "postgresql+asyncpg://hylo@"
     )
+
+
+#: the bus identity (NKEY secret) of each process that talks to NATS
+IDENTITIES = {
+    "bus_init": "nats_admin",
+    "featurizer": "nats_featurizer",
+    "prioritizer": "nats_prioritizer",
+    "placer": "nats_placer",
+    "trainer": "nats_trainer",
+    "adapter_sim": "nats_adapter_embedded",
+    "adapter_slurm": "nats_adapter_embedded",
+}
+
+
+def test_no_secret_is_written_in_the_compose_file_and_each_process_gets_only_its_own() -> None:
+    text = COMPOSE.read_text()
+    for default_password in ("POSTGRES_PASSWORD:-", "PASSWORD:-hylo", ":hylo@", "hylo_reader:hylo_reader"):
+        assert default_password not in text, default_password
+    for name, s in services().items():
+        for key, value in (s.get("environment") or {}).items():
+            assert not re.search(r"PASSWORD$|TOKEN$|SECRET$", key), (
+                f"{name}: {key} is a secret in the environment"
+            )
+            assert not re.search(r"://[^/@:]+:[^/@]+@", str(value)), f"{name}: {key} carries a password"
+        given = {e if isinstance(e, str) else e["source"] for e in s.get("secrets", [])}
+        seeds = {g for g in given if g.startswith("nats_") and g != "nats_ca"}
+        assert seeds == ({IDENTITIES[name]} if name in IDENTITIES else set()), name
+        if name in IDENTITIES:
+            env = s["environment"]
+            assert env["HYLO_NATS_NKEY_SEED"].startswith("/run/secrets/"), name
+            assert "nats_ca" in given, name
+            assert env.get("HYLO_NATS_MANAGE_STREAMS", "false") == ("true" if name == "bus_init" else "false")
 
 
 def test_depends_on_targets_exist_with_conditions_they_can_meet_and_no_cycle() -> None:
@@ -167,12 +211,20 @@ def test_the_migrate_command_runs_the_store_migrations_module() -> None:
     assert 'if __name__ == "__main__":' in source  # runnable as a module, not only importable
 
 
-def test_bind_mounts_point_at_files_in_the_repository() -> None:
+def test_bind_mounts_and_secrets_point_at_files_in_the_repository_or_generated_ones(tmp_path: Path) -> None:
+    """Every mount exists in the repository, or is written by deploy/secrets/generate."""
+    secrets = generate_secrets(tmp_path / "secrets")
     for name, s in services().items():
         for volume in s.get("volumes", []):
             source = str(volume).split(":")[0]
             if source.startswith("./"):
-                assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
+                assert host_file(source, secrets).exists(), f"{name} mounts {source}, which does not exist"
+        for target, path in secret_mounts(s, secrets).items():
+            assert path.is_file(), f"{name}: secret {target} from {path} was not generated"
+    for secret in load()["secrets"].values():
+        assert secret["file"].startswith(SECRETS_PREFIX), "secrets live in deploy/secrets (git-ignored)"
+    ignored = (ROOT / "deploy" / "secrets" / ".gitignore").read_text().split()
+    assert "*" in ignored, "deploy/secrets/ must never be committed"
 
 
 def test_image_pins_agree_with_the_project() -> None:

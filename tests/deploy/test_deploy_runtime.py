@@ -24,12 +24,13 @@ import pytest
 
 from services.adapter_sim.stack import free_port
 from shared.bus import BusSettings
+from shared.bus.connection import connect, connect_options
 from shared.query import QuerySettings
 from shared.service import ServiceSettings
 from shared.service.clusters import load_specs
 from shared.store import StoreSettings
 from shared.telemetry import TelemetrySettings
-from tests.deploy.compose_helpers import ROOT, interpolate, services
+from tests.deploy.compose_helpers import ROOT, generate_secrets, interpolate, secret_mounts, services
 from tests.query.query_helpers import client, migrated, seed
 
 DEPLOY = ROOT / "deploy"
@@ -49,9 +50,29 @@ def nats_binary() -> str:
     return other
 
 
-def test_nats_config_is_valid_for_nats_server() -> None:
+@pytest.fixture(scope="module")
+def secrets_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What deploy/secrets/generate writes, in a temporary folder (generated once per module)."""
+    return generate_secrets(tmp_path_factory.mktemp("secrets"))
+
+
+def nats_conf_with_secrets(folder: Path, secrets: Path) -> Path:
+    """deploy/nats/nats.conf in ``folder`` with the generated files where compose mounts them
+    (``hylo/`` beside it; the TLS block's /etc/nats/hylo paths moved there)."""
+    mounted = folder / "hylo"
+    mounted.mkdir(parents=True, exist_ok=True)
+    for name in ("nats-auth.conf", "ca.pem", "server-cert.pem", "server-key.pem"):
+        shutil.copy(secrets / "nats" / name, mounted / name)
+    tls = (secrets / "nats" / "nats-tls.conf").read_text()
+    (mounted / "nats-tls.conf").write_text(tls.replace("/etc/nats/hylo", str(mounted)))
+    conf = folder / "nats.conf"
+    shutil.copy(DEPLOY / "nats" / "nats.conf", conf)
+    return conf
+
+
+def test_nats_config_is_valid_for_nats_server(tmp_path: Path, secrets_dir: Path) -> None:
     result = subprocess.run(
-        [nats_binary(), "-c", str(DEPLOY / "nats" / "nats.conf"), "-t"],
+        [nats_binary(), "-c", str(nats_conf_with_secrets(tmp_path, secrets_dir)), "-t"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -60,10 +81,11 @@ def test_nats_config_is_valid_for_nats_server() -> None:
     assert "is valid" in result.stderr + result.stdout
 
 
-def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path) -> None:
-    """The same file with only the addresses and store moved: limits as documented, health URL answers."""
+def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path, secrets_dir: Path) -> None:
+    """The same file with only the addresses, store and mounts moved: limits as documented, health URL
+    answers, and the generated identities connect over TLS (and nobody else does)."""
     port, monitor = free_port(), free_port()
-    conf = (DEPLOY / "nats" / "nats.conf").read_text()
+    conf = nats_conf_with_secrets(tmp_path, secrets_dir).read_text()
     conf = conf.replace("0.0.0.0:4222", f"127.0.0.1:{port}").replace(
         "http_port: 8222", f"http_port: {monitor}"
     )
@@ -88,6 +110,7 @@ def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path) ->
                 time.sleep(0.1)
         with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=2) as r:
             varz = json.loads(r.read())
+        asyncio.run(_connects_only_with_an_identity(f"nats://127.0.0.1:{port}", secrets_dir / "nats"))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -95,6 +118,19 @@ def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path) ->
     js = varz["jetstream"]["config"]
     assert (js["max_memory"], js["max_storage"]) == (512 * 1024**2, 20 * 1024**3)
     assert js["store_dir"] == str(tmp_path / "jetstream")
+
+
+async def _connects_only_with_an_identity(url: str, nats_dir: Path) -> None:
+    base = BusSettings(nats_url=url, nats_max_reconnect_attempts=0, nats_connect_timeout_s=2.0)
+    featurizer = base.model_copy(
+        update={"nats_nkey_seed": nats_dir / "featurizer.nk", "nats_tls_ca": nats_dir / "ca.pem"}
+    )
+    nc = await connect(featurizer)
+    assert nc.is_connected
+    await nc.close()
+    with pytest.raises(Exception) as caught:  # TLS but no identity
+        await connect(base.model_copy(update={"nats_tls_ca": nats_dir / "ca.pem"}))
+    assert not isinstance(caught.value, AssertionError)
 
 
 # --- healthcheck script --------------------------------------------------------------------------
@@ -153,7 +189,7 @@ def compose_env(name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", ["featurizer", "prioritizer", "placer", "adapter_sim", "query", "migrate"])
 def test_compose_environment_and_settings_file_satisfy_the_settings(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, monkeypatch: pytest.MonkeyPatch, secrets_dir: Path
 ) -> None:
     for key in list(os.environ):
         if key.startswith("HYLO_"):
@@ -161,12 +197,24 @@ def test_compose_environment_and_settings_file_satisfy_the_settings(
     env = compose_env(name)
     assert env.pop("HYLO_CONFIG") == "/etc/hylo/hylo.toml"
     monkeypatch.setenv("HYLO_CONFIG", str(DEPLOY / "hylo.toml"))  # mounted there in the container
+    mounts = secret_mounts(services()[name], secrets_dir)
     for key, value in env.items():
+        if key.startswith("HYLO_NATS_") and name in ("query", "migrate"):
+            continue  # the shared environment names the bus' CA; these two never talk to NATS
+        if value.startswith("/run/secrets/"):  # a file the service must have been given as a secret
+            assert value in mounts, f"{name}: {key}={value} is not one of its secrets"
+            value = str(mounts[value])
         monkeypatch.setenv(key, value)
 
-    bus = BusSettings()
-    assert (bus.nats_url, bus.subject_root) == ("nats://nats:4222", "hylo")
-    assert StoreSettings().database_url.startswith("postgresql+asyncpg://")
+    if name not in ("query", "migrate"):
+        bus = BusSettings()
+        assert (bus.nats_url, bus.subject_root) == ("tls://nats:4222", "hylo")
+        options = connect_options(bus)  # the seed and CA files exist and are usable
+        assert "tls" in options and options["nkeys_seed"].endswith(".nk")
+    database_url = StoreSettings().database_url
+    password = (secrets_dir / ("reader_password" if name == "query" else "postgres_password")).read_text()
+    assert database_url.startswith("postgresql+asyncpg://")
+    assert f":{password.strip()}@postgres" in database_url  # the password file was put into the URL
     assert TelemetrySettings().otlp_endpoint is None  # HYLO_OTLP_ENDPOINT="" means no exporter
     service = ServiceSettings()
     assert service.clusters == {"embedded": "embedded"} and service.base_policy == "fcfs"
