@@ -291,7 +291,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             with contextlib.suppress(BaseException):
                 await trainer.task
 
-    return Wiring(routes=[], router=router, on_stop=on_stop)
+    return Wiring(routes=[], router=router, router_guarded=True, on_stop=on_stop)
 
 
 DEFINITION = ServiceDefinition(

@@ -90,6 +90,19 @@ class ApiGuard:
 
         return guard
 
+    def by_method(self) -> Callable[..., Awaitable[str | None]]:
+        """A dependency for a whole router: reads (GET, HEAD) need ``read``, anything else ``admin``.
+
+        Why by method: a service's own routes (the featurizer's predictor status, the prioritizer's
+        model, the Slurm adapter's ``POST /v1/poll``) follow that rule, and a route added later is
+        guarded without anyone remembering to."""
+
+        async def guard(request: Request, credentials: Credentials) -> str | None:
+            scope: Scope = "read" if request.method in ("GET", "HEAD") else "admin"
+            return self.check(request, credentials, scope)
+
+        return guard
+
     def check(
         self, request: Request, credentials: HTTPAuthorizationCredentials | None, scope: Scope
     ) -> str | None:

@@ -93,6 +93,9 @@ class Wiring:
 
     routes: list[Route[Any]]
     router: APIRouter | None = None
+    #: the router checks tokens on each route itself; otherwise the runtime guards all of it by method
+    #: (``shared.service.api_auth.ApiGuard.by_method``)
+    router_guarded: bool = False
     readiness: list[Readiness] = field(default_factory=list)
     on_stop: Callable[[], Awaitable[None]] | None = None
 

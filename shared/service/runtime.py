@@ -30,6 +30,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 import uvicorn
+from fastapi import APIRouter, Depends
 from nats.aio.client import Client
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -42,6 +43,7 @@ from shared.bus.signing import SigningSettings
 from shared.bus.streams import ensure_streams, stream_name
 from shared.schemas.base import Message
 from shared.schemas.subjects import Subjects
+from shared.service.api_auth import ApiGuard, ApiSecuritySettings, api_guard
 from shared.service.app import Check, create_app
 from shared.service.clusters import load_specs
 from shared.service.definition import Route, ServiceContext, ServiceDefinition, Wiring
@@ -98,11 +100,15 @@ class ServiceRuntime:
         self.port: int | None = None
         #: why the replica stopped on its own because NATS was gone (None: it was asked to stop)
         self.gone: str | None = None
+        #: tokens and rate limits of the service's own HTTP routes (set by ``start``)
+        self.guard: ApiGuard | None = None
 
     # -- start ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Load specs, connect the bus (and database), create streams, bind every route."""
+        # an HTTP API open to the network refuses to start before anything else happens
+        self.guard = api_guard(ApiSecuritySettings(), self.settings.http_host, f"the {self.name}")
         specs = load_specs(self.settings.clusters)
         self.nc = await connect(self.bus)
         js = self.nc.jetstream()
@@ -229,13 +235,20 @@ class ServiceRuntime:
         wiring = self.wiring
         if wiring is not None:
             checks.extend(wiring.readiness)
+        router = wiring.router if wiring else None
+        if router is not None and wiring is not None and not wiring.router_guarded and self.guard is not None:
+            guarded = APIRouter(
+                dependencies=[Depends(self.guard.by_method())], responses=ApiGuard.responses()
+            )
+            guarded.include_router(router)
+            router = guarded
         return create_app(
             self.name,
             self.replica,
             self.metrics,
             checks,
             self.settings.ready_timeout_s,
-            router=wiring.router if wiring else None,
+            router=router,
             description=self.definition.description,
         )
 

@@ -27,6 +27,7 @@ from shared.bus import BusSettings
 from shared.bus.connection import connect, connect_options
 from shared.query import QuerySettings
 from shared.service import ServiceSettings
+from shared.service.api_auth import ApiSecuritySettings, api_guard
 from shared.service.clusters import load_specs
 from shared.store import StoreSettings
 from shared.telemetry import TelemetrySettings
@@ -211,6 +212,8 @@ def test_compose_environment_and_settings_file_satisfy_the_settings(
         assert (bus.nats_url, bus.subject_root) == ("tls://nats:4222", "hylo")
         options = connect_options(bus)  # the seed and CA files exist and are usable
         assert "tls" in options and options["nkeys_seed"].endswith(".nk")
+    if name not in ("adapter_sim", "migrate"):  # they serve HTTP on 0.0.0.0: only with tokens
+        api_guard(ApiSecuritySettings(), "0.0.0.0", name)  # ApiAuthError if the file is missing
     database_url = StoreSettings().database_url
     password = (secrets_dir / ("reader_password" if name == "query" else "postgres_password")).read_text()
     assert database_url.startswith("postgresql+asyncpg://")
