@@ -35,6 +35,7 @@ from services.adapter_slurm.settings import SlurmAdapterSettings
 from shared.bus.consumer import Delivery
 from shared.schemas import PlacementDecision
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
+from shared.service.cluster_adapter import SequenceJump, WrongCluster
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,10 @@ async def build(ctx: ServiceContext) -> Wiring:
         # existing durable consumer resumes where it stopped (unacked decisions come back)
         deliver_policy=DeliverPolicy.NEW,
         cluster=cluster,
+        # a decision whose sequence jumps beyond HYLO_MAX_SEQUENCE_JUMP (or another cluster's) is
+        # well-formed but must never be applied: dead-lettered at once with its reason, not retried
+        # max_deliver times first
+        reject=(SequenceJump, WrongCluster),
     )
     return Wiring(routes=[route], router=router, readiness=[ready], on_stop=on_stop)
 
