@@ -68,6 +68,13 @@ class BusSettings(HyloBaseSettings):
     )
     subject_root: str = Field(default="hylo", description="first subject token (namespace)")
     storage: Literal["file", "memory"] = "file"
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="copies of every stream (and its consumers) in a NATS cluster: 3 survives the loss of "
+        "one server with nothing lost (deploy/nats: three nodes); 1 on a single server",
+    )
     stream_max_age_s: float = Field(default=24 * 3600.0, gt=0, description="work streams keep a day")
     stream_max_bytes: int = Field(default=1 << 30, gt=0, description="per work stream")
     stream_max_msgs: int = Field(default=1_000_000, gt=0, description="per work stream")

@@ -85,6 +85,7 @@ def stream_plans(subjects: Subjects, settings: BusSettings) -> list[StreamPlan]:
             max_msgs=settings.stream_max_msgs,
             max_msgs_per_subject=1 if kind == "snapshots" and settings.snapshots_latest_only else -1,
             duplicate_window=settings.duplicate_window_s,
+            num_replicas=settings.stream_replicas,
         )
         plans.append(StreamPlan(kind=kind, config=config))
     return plans

@@ -24,50 +24,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import text
 
 from services.adapter_sim.replay import compare_with_base, load_workload, replay, sim_config
 from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.stack import LocalStack
-from shared.bus import BusSettings, connect
-from shared.bus.streams import stream_name
-from shared.schemas import Limits, PlacementDecision, Subjects, decode
+from shared.bus import BusSettings
 from shared.store import create_engine, upgrade
+from tests.adapter_sim.pipeline_checks import db_rows, placements_on_stream
 
 SMALL_CLUSTER = Path(__file__).with_name("small_cluster.toml")
 CLUSTER = "restarts"
 JOBS = 150
 
 pytestmark = pytest.mark.slow
-
-
-async def _placements_on_stream(nats_url: str, root: str) -> list[PlacementDecision]:
-    nc = await connect(BusSettings(nats_url=nats_url, subject_root=root))
-    try:
-        js = nc.jetstream()
-        info = await js.stream_info(stream_name(Subjects(root), "placements"))
-        sub = await js.pull_subscribe(Subjects(root).all_clusters("placements"), durable=None)
-        out: list[PlacementDecision] = []
-        while len(out) < info.state.messages:
-            for m in await sub.fetch(200, timeout=2):
-                out.append(decode(PlacementDecision, m.data, Limits(max_message_bytes=8 << 20)))
-                await m.ack()
-        return out
-    finally:
-        await nc.close()
-
-
-async def _db_rows(url: str) -> tuple[dict[str, int], list[str]]:
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            per_corr = dict(
-                (await conn.execute(text("SELECT correlation_id, count(*) FROM decisions GROUP BY 1"))).all()
-            )
-            outcomes = [r[0] for r in (await conn.execute(text("SELECT job_id FROM outcomes"))).all()]
-        return {str(k): int(v) for k, v in per_corr.items()}, [str(j) for j in outcomes]
-    finally:
-        await engine.dispose()
 
 
 def test_services_killed_and_restarted_mid_run_lose_and_duplicate_nothing(
@@ -136,11 +105,11 @@ def test_services_killed_and_restarted_mid_run_lose_and_duplicate_nothing(
         finally:
             stop.set()
             thread.join(60)
-        placements = asyncio.run(_placements_on_stream(nats_url, root))
+        placements = asyncio.run(placements_on_stream(nats_url, root))
         ranked = {d.correlation_id for d in placements if d.placements}  # an empty decision stores no row
         deadline = time.monotonic() + 60  # the recorders may still be writing the last rows
         while True:
-            per_corr, outcome_jobs = asyncio.run(_db_rows(fresh_postgres_url))
+            per_corr, outcome_jobs = asyncio.run(db_rows(fresh_postgres_url))
             if (set(per_corr) >= ranked and len(outcome_jobs) >= JOBS) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
