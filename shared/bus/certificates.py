@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-#: default names of the server certificate: compose's service name and the local machine
-DEFAULT_HOSTS = ("nats", "localhost", "127.0.0.1")
+#: default names of the server certificate: compose's three NATS nodes and the local machine
+DEFAULT_HOSTS = ("nats", "nats-2", "nats-3", "localhost", "127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,11 @@ def write_server_tls(
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(_alt_names(hosts)), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # client auth too: in a NATS cluster each node dials the others' routes with this certificate
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     files = TlsFiles(

@@ -36,6 +36,8 @@ HYLO = {
 #: jobs that run once and exit: no healthcheck, never restarted (the simulated cluster replays once)
 ONE_SHOT = {"migrate", "bus_init", "adapter_sim"}
 REPLICABLE = {"featurizer", "prioritizer", "placer"}
+#: the NATS cluster's nodes (deploy/nats/nats.conf names their routes)
+NATS_NODES = {"nats", "nats-2", "nats-3"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
 
@@ -65,7 +67,7 @@ def test_docker_compose_accepts_the_file() -> None:
 
 def test_every_long_running_service_has_a_healthcheck_and_a_restart_policy() -> None:
     svc = services()
-    assert set(svc) == set(HYLO) | ONE_SHOT | {"nats", "postgres"}
+    assert set(svc) == set(HYLO) | ONE_SHOT | NATS_NODES | {"postgres"}
     for name, s in svc.items():
         if name in ONE_SHOT:
             assert s.get("restart") == "no", f"{name}: a one-shot must not be restarted"
@@ -82,7 +84,8 @@ def test_hylo_services_listen_on_their_own_port_and_are_checked_there() -> None:
         env = s["environment"]
         assert env["HYLO_HTTP_PORT"] == str(port), name
         assert env["HYLO_HTTP_HOST"] == "0.0.0.0", name
-        assert env["HYLO_NATS_URL"] == "tls://nats:4222", name
+        assert env["HYLO_NATS_URL"] == "tls://nats:4222,tls://nats-2:4222,tls://nats-3:4222", name
+        assert env["HYLO_STREAM_REPLICAS"] == "3", name
         assert env["HYLO_CONFIG"] == "/etc/hylo/hylo.toml", name
         assert "HYLO_OTLP_ENDPOINT" in env, name
         assert interpolate(env["HYLO_DATABASE_URL"]).endswith("@postgres:5432/hylo"), name
@@ -157,7 +160,7 @@ def test_depends_on_targets_exist_with_conditions_they_can_meet_and_no_cycle() -
     for name in HYLO:
         assert {"postgres", "migrate"} <= graph[name], name
         if name != "query":
-            assert "nats" in graph[name], name
+            assert graph[name] >= NATS_NODES, name
 
 
 def test_host_ports_are_unique_loopback_and_never_on_replicated_services() -> None:
@@ -170,7 +173,16 @@ def test_host_ports_are_unique_loopback_and_never_on_replicated_services() -> No
         if name in REPLICABLE:
             # `--scale name=3` cannot bind one host port three times
             assert not s.get("ports"), f"{name} is scaled with replicas: it must not publish a host port"
-    assert seen == {4222: "nats", 8222: "nats", 15432: "postgres", 8100: "query"}
+    assert seen == {
+        4222: "nats",
+        8222: "nats",
+        4223: "nats-2",
+        8223: "nats-2",
+        4224: "nats-3",
+        8224: "nats-3",
+        15432: "postgres",
+        8100: "query",
+    }
 
 
 #: services the compose file declares (behind a profile) whose code belongs to open issues

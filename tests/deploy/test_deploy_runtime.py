@@ -16,6 +16,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,9 +24,11 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from services.adapter_sim.stack import free_port
-from shared.bus import BusSettings
+from shared.bus import BusSettings, ensure_streams
 from shared.bus.connection import connect, connect_options
+from shared.bus.streams import stream_name
 from shared.query import QuerySettings
+from shared.schemas import Subjects
 from shared.service import ServiceSettings
 from shared.service.api_auth import ApiSecuritySettings, api_guard
 from shared.service.clusters import load_specs
@@ -64,8 +67,9 @@ def nats_conf_with_secrets(folder: Path, secrets: Path) -> Path:
     mounted.mkdir(parents=True, exist_ok=True)
     for name in ("nats-auth.conf", "ca.pem", "server-cert.pem", "server-key.pem"):
         shutil.copy(secrets / "nats" / name, mounted / name)
-    tls = (secrets / "nats" / "nats-tls.conf").read_text()
-    (mounted / "nats-tls.conf").write_text(tls.replace("/etc/nats/hylo", str(mounted)))
+    for name in ("nats-tls.conf", "nats-cluster-tls.conf"):
+        block = (secrets / "nats" / name).read_text()
+        (mounted / name).write_text(block.replace("/etc/nats/hylo", str(mounted)))
     conf = folder / "nats.conf"
     shutil.copy(DEPLOY / "nats" / "nats.conf", conf)
     return conf
@@ -77,48 +81,114 @@ def test_nats_config_is_valid_for_nats_server(tmp_path: Path, secrets_dir: Path)
         capture_output=True,
         text=True,
         timeout=30,
+        env={**os.environ, "NATS_SERVER_NAME": "n1"},
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "is valid" in result.stderr + result.stdout
 
 
-def test_nats_config_serves_jetstream_and_the_healthcheck_url(tmp_path: Path, secrets_dir: Path) -> None:
-    """The same file with only the addresses, store and mounts moved: limits as documented, health URL
-    answers, and the generated identities connect over TLS (and nobody else does)."""
+@dataclass
+class Node:
+    port: int
+    monitor: int
+    store: Path
+    proc: subprocess.Popen[bytes]
+
+
+def _start_node(folder: Path, secrets: Path, index: int, route_ports: list[int]) -> Node:
+    """One node of compose's cluster: the shipped file with addresses, store and mounts moved."""
     port, monitor = free_port(), free_port()
-    conf = nats_conf_with_secrets(tmp_path, secrets_dir).read_text()
-    conf = conf.replace("0.0.0.0:4222", f"127.0.0.1:{port}").replace(
-        "http_port: 8222", f"http_port: {monitor}"
-    )
-    conf = conf.replace('"/data"', json.dumps(str(tmp_path)))
-    (tmp_path / "nats.conf").write_text(conf)
+    conf = nats_conf_with_secrets(folder, secrets).read_text()
+    routes = ", ".join(f"nats-route://127.0.0.1:{r}" for r in route_ports)
+    replaced = {
+        "0.0.0.0:4222": f"127.0.0.1:{port}",
+        "http_port: 8222": f"http_port: {monitor}",
+        '"/data"': json.dumps(str(folder)),
+        "listen: 0.0.0.0:6222": f"listen: 127.0.0.1:{route_ports[index]}",
+        "routes: [nats-route://nats:6222, nats-route://nats-2:6222, nats-route://nats-3:6222]": f"routes: [{routes}]",
+    }
+    for old, new in replaced.items():
+        assert old in conf, old
+        conf = conf.replace(old, new)
+    (folder / "nats.conf").write_text(conf)
     proc = subprocess.Popen(
-        [nats_binary(), "-c", str(tmp_path / "nats.conf")],
+        [nats_binary(), "-c", str(folder / "nats.conf")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "NATS_SERVER_NAME": f"n{index + 1}"},
     )
+    return Node(port, monitor, folder, proc)
+
+
+def _wait_healthy(node: Node) -> None:
+    url = f"http://127.0.0.1:{node.monitor}/healthz?js-enabled-only=true"  # the compose healthcheck's URL
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                assert json.loads(r.read()) == {"status": "ok"}
+                return
+        except OSError:
+            assert node.proc.poll() is None and time.monotonic() < deadline, "nats-server did not come up"
+            time.sleep(0.1)
+
+
+def test_nats_config_forms_the_cluster_and_serves_jetstream(tmp_path: Path, secrets_dir: Path) -> None:
+    """Three nodes from the shipped file (addresses, stores and mounts moved): each passes the health
+    URL, limits are as documented, the routes verify each other over TLS and elect a JetStream leader,
+    streams take three replicas, and the generated identities connect over TLS (nobody else does)."""
+    route_ports = [free_port() for _ in range(3)]
+    nodes: list[Node] = []
     try:
-        # the compose healthcheck's URL
-        url = f"http://127.0.0.1:{monitor}/healthz?js-enabled-only=true"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    assert json.loads(r.read()) == {"status": "ok"}
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "nats-server did not come up"
-                time.sleep(0.1)
-        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=2) as r:
+        for i in range(3):
+            folder = tmp_path / f"n{i + 1}"
+            folder.mkdir()
+            nodes.append(_start_node(folder, secrets_dir, i, route_ports))
+        for node in nodes:
+            _wait_healthy(node)
+        with urllib.request.urlopen(f"http://127.0.0.1:{nodes[0].monitor}/varz", timeout=2) as r:
             varz = json.loads(r.read())
-        asyncio.run(_connects_only_with_an_identity(f"nats://127.0.0.1:{port}", secrets_dir / "nats"))
+        url = ",".join(f"nats://127.0.0.1:{n.port}" for n in nodes)
+        replicas = asyncio.run(_streams_at_three_replicas(url, secrets_dir / "nats"))
+        asyncio.run(_connects_only_with_an_identity(url, secrets_dir / "nats"))
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for node in nodes:
+            node.proc.terminate()
+        for node in nodes:
+            node.proc.wait(timeout=10)
     assert varz["max_payload"] == 8 * 1024 * 1024  # HYLO_MAX_MESSAGE_BYTES' default
     js = varz["jetstream"]["config"]
     assert (js["max_memory"], js["max_storage"]) == (512 * 1024**2, 20 * 1024**3)
-    assert js["store_dir"] == str(tmp_path / "jetstream")
+    assert js["store_dir"] == str(nodes[0].store / "jetstream")
+    assert varz["cluster"]["name"] == "hylo"
+    assert replicas == 3
+
+
+async def _streams_at_three_replicas(url: str, nats_dir: Path) -> int:
+    """Create the streams as the admin with three replicas (as bus_init does); servers holding one."""
+    admin = BusSettings(
+        nats_url=url,
+        nats_nkey_seed=nats_dir / "admin.nk",
+        nats_tls_ca=nats_dir / "ca.pem",
+        stream_replicas=3,
+        subject_root="deploytest",
+    )
+    deadline = time.monotonic() + 30
+    nc = await connect(admin)
+    try:
+        while True:  # the JetStream meta leader is elected once the routes are up
+            try:
+                await ensure_streams(nc.jetstream(), Subjects("deploytest"), admin)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        info = await nc.jetstream().stream_info(stream_name(Subjects("deploytest"), "placements"))
+        assert info.cluster is not None and info.config.num_replicas == 3
+        return 1 + len(info.cluster.replicas or [])
+    finally:
+        await nc.close()
 
 
 async def _connects_only_with_an_identity(url: str, nats_dir: Path) -> None:
@@ -209,7 +279,8 @@ def test_compose_environment_and_settings_file_satisfy_the_settings(
 
     if name not in ("query", "migrate"):
         bus = BusSettings()
-        assert (bus.nats_url, bus.subject_root) == ("tls://nats:4222", "hylo")
+        nodes = "tls://nats:4222,tls://nats-2:4222,tls://nats-3:4222"
+        assert (bus.nats_url, bus.subject_root, bus.stream_replicas) == (nodes, "hylo", 3)
         options = connect_options(bus)  # the seed and CA files exist and are usable
         assert "tls" in options and options["nkeys_seed"].endswith(".nk")
     if name not in ("adapter_sim", "migrate"):  # they serve HTTP on 0.0.0.0: only with tokens
