@@ -59,8 +59,20 @@ async def build(ctx: ServiceContext) -> Wiring:
     assert engine is not None, "the placer needs the database (needs_store=True)"
     latency = ctx.metrics.decision_seconds
 
+    in_hand = [0]  # vectors this replica is handling now (``placer_decode_ahead`` idle)
+    mode = settings.placer_decode_ahead
+
+    def ahead() -> bool:
+        return mode == "on" or (mode == "idle" and in_hand[0] == 0)
+
     snapshots = SnapshotCache(
-        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, settings.snapshot_cache, prepare=stage.prepare
+        ctx.nc,
+        ctx.js,
+        ctx.subjects,
+        ctx.publisher.limits,
+        settings.snapshot_cache,
+        decode_ahead=ahead,
+        prepare=stage.prepare,
     )
     stale = Counter(
         "hylo_stale_vectors",
@@ -70,6 +82,13 @@ async def build(ctx: ServiceContext) -> Wiring:
     )
 
     async def on_priorities(vector: PriorityVector, delivery: Delivery) -> None:
+        in_hand[0] += 1
+        try:
+            await place(vector, delivery)
+        finally:
+            in_hand[0] -= 1
+
+    async def place(vector: PriorityVector, delivery: Delivery) -> None:
         wait = queue_wait_ms(delivery)
         matrix = vector.matrix
         stage.spec_of(vector.cluster)  # an unknown cluster is refused (dead letter), not stale
@@ -96,7 +115,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         first), else read from the features stream by the sequence the vector names (this replica
         started later, missed it or evicted it)."""
         limits = ctx.publisher.limits
-        matrices.decode_waiting()
+        matrices.decode_waiting(missing.sha256)
         if RECEIVED.with_digest(missing.sha256, FeatureMatrix, limits) is not None:
             return True
         return await fetch_stored(ctx.js, ctx.subjects, FeatureMatrix, missing, limits)
@@ -116,8 +135,10 @@ async def build(ctx: ServiceContext) -> Wiring:
     routes = (decide if role != "record" else []) + (record if role != "decide" else [])
     # every matrix is decoded as the featurizer publishes it, while the prioritizer works: its
     # vector, which nests it unchanged, then decodes without it (``shared.bus.ahead``)
-    matrices = DecodeAhead(ctx.nc, ctx.subjects, "features", FeatureMatrix, ctx.publisher.limits)
-    if role != "record":
+    matrices = DecodeAhead(
+        ctx.nc, ctx.subjects, "features", FeatureMatrix, ctx.publisher.limits, decode_ahead=ahead
+    )
+    if role != "record" and mode != "off":  # off: a vector's snapshot is read from the stream
         await snapshots.start()
         await matrices.start()
 

@@ -35,6 +35,14 @@ class PlacerServiceSettings(SchedulerSettings):
         description="recent snapshots kept in memory per cluster (a deciding placer receives every "
         "snapshot as it is published; older ones are read from the snapshots stream)",
     )
+    placer_decode_ahead: Literal["on", "idle", "off"] = Field(
+        default="idle",
+        description="decode snapshots and matrices as they are published, while the prioritizer works: "
+        "on: always; idle: only while this replica has no vector in hand (what waits is decoded when "
+        "a vector names it); off: receive nothing ahead, read a vector's snapshot from the stream. "
+        "Every replica receives every message, so with several replicas (or a busy one) on decodes "
+        "much that another replica uses or a newer message supersedes (bench/replica_scaling.py)",
+    )
     cpsat_always_solve: bool = Field(
         default=False,
         description="solve the CP-SAT batch even when best-fit starts all of it on its fewest nodes "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -59,7 +60,13 @@ class DecodeAhead(Generic[M]):
     """
 
     def __init__(
-        self, nc: Client, subjects: Subjects, kind: Kind, model: type[M], limits: Limits = DEFAULT_LIMITS
+        self,
+        nc: Client,
+        subjects: Subjects,
+        kind: Kind,
+        model: type[M],
+        limits: Limits = DEFAULT_LIMITS,
+        decode_ahead: Callable[[], bool] | None = None,
     ) -> None:
         if not getattr(model, "KEEP_RECEIVED_JSON", False):
             raise ValueError(f"{model.__name__} does not keep its received JSON: nothing to decode ahead")
@@ -68,6 +75,8 @@ class DecodeAhead(Generic[M]):
         self.kind = kind
         self.model = model
         self.limits = limits
+        #: whether to decode as messages arrive (else they wait, raw, until one is named)
+        self.decode_ahead = decode_ahead or (lambda: True)
         self.stats = DecodeAheadStats()
         self._waiting: dict[str, bytes] = {}
         self._sub: Subscription | None = None
@@ -95,18 +104,22 @@ class DecodeAhead(Generic[M]):
         if self._waiting.pop(cluster, None) is not None:
             self.stats.superseded += 1
         self._waiting[cluster] = msg.data
-        if self._task is None or self._task.done():
+        if self.decode_ahead() and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
-    def decode_waiting(self) -> None:
-        """Decode now whatever waits: a message naming one of them arrived before its turn came."""
-        while self._waiting:
-            cluster = next(iter(self._waiting))
-            self._decode(cluster, self._waiting.pop(cluster))
+    def decode_waiting(self, sha256: str | None = None) -> None:
+        """Decode now what waits (only the message whose bytes have ``sha256``, when given): a
+        message naming it arrived before its turn came."""
+        for cluster, data in list(self._waiting.items()):
+            if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+                continue
+            del self._waiting[cluster]
+            self._decode(cluster, data)
 
     async def _drain(self) -> None:
-        """Decode what waits, one message at a time, letting other work run in between."""
-        while self._waiting:
+        """Decode what waits, one message at a time, letting other work run in between (and stop
+        when ``decode_ahead`` says so: the rest waits until named)."""
+        while self._waiting and self.decode_ahead():
             cluster = next(iter(self._waiting))
             self._decode(cluster, self._waiting.pop(cluster))
             await asyncio.sleep(0)

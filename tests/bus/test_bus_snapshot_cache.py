@@ -154,3 +154,30 @@ async def test_a_vector_naming_a_matrix_decoded_ahead_pairs_with_it(bus: Bus) ->
         assert decode(PriorityVector, data, bus.limits).matrix == later and not ahead._waiting
     finally:
         await ahead.close()
+
+
+async def test_matrices_wait_raw_while_decoding_ahead_is_off_and_only_the_named_one_is_decoded(
+    bus: Bus,
+) -> None:
+    """``placer_decode_ahead=idle``: a busy replica leaves matrices raw; a vector naming one decodes
+    that one alone (the others may be another replica's, or superseded before anyone needs them)."""
+    busy = [True]
+    ahead = DecodeAhead(
+        bus.nc, bus.subjects, "features", FeatureMatrix, bus.limits, decode_ahead=lambda: not busy[0]
+    )
+    await ahead.start()
+    try:
+        sent = {c: features(snapshot(cluster=c, correlation_id=f"w-{c}")) for c in ("c1", "c2", "c3")}
+        for matrix in sent.values():
+            await bus.publisher.publish(matrix)
+        await wait_until(lambda: ahead.stats.received == 3)
+        await asyncio.sleep(0.1)
+        assert ahead.stats.decoded == 0 and len(ahead._waiting) == 3
+        ahead.decode_waiting(hashlib.sha256(encode(sent["c2"], bus.limits)).hexdigest())
+        assert ahead.stats.decoded == 1 and set(ahead._waiting) == {"c1", "c3"}
+        busy[0] = False  # idle again: the next arrival drains what waits
+        await bus.publisher.publish(features(snapshot(cluster="c4", correlation_id="w-c4")))
+        await wait_until(lambda: ahead.stats.decoded == 4)
+        assert not ahead._waiting
+    finally:
+        await ahead.close()
