@@ -245,6 +245,11 @@ class Consumer(Generic[M]):
                     await self.ensure_bound()
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
                 return
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as err:
+                # the server did not answer (a stream or consumer electing its leader after a node of
+                # the cluster died): one line, then try again; nothing was acked, nothing is lost
+                log.warning("consumer %s: NATS did not answer (%s); retrying", self.durable, short(err))
+                await asyncio.sleep(self.settings.nak_delay_s)
             except Exception:  # keep serving: a broken batch must not stop the service
                 log.exception("consumer %s: batch failed", self.durable)
                 await asyncio.sleep(self.settings.nak_delay_s)

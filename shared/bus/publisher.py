@@ -8,10 +8,15 @@ identity (kind, cluster, correlation id; job id for outcomes) the second copy is
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import nats.errors
 from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.js.errors import NoStreamResponseError
 from opentelemetry import trace
 from pydantic import BaseModel
 
@@ -24,6 +29,8 @@ from shared.schemas.subjects import KINDS, Kind, Subjects
 HEADER_MSG_ID = "Nats-Msg-Id"
 HEADER_CORRELATION = "Hylo-Correlation-Id"
 HEADER_SCHEMA = "Hylo-Schema-Version"
+#: the pause between two tries of a publish nobody acked (a stream electing its leader)
+RETRY_PAUSE_S = 0.1
 
 
 class Publishable(Protocol):
@@ -69,8 +76,9 @@ class Publisher:
         subjects: Subjects,
         limits: Limits = DEFAULT_LIMITS,
         tracer: trace.Tracer | None = None,
-        timeout_s: float = 5.0,
+        timeout_s: float = 20.0,
         signer: Signer | None = None,
+        attempt_s: float = 2.0,
     ) -> None:
         self.js = js
         #: signs the messages of its kinds (model announcements) when a signing key is configured
@@ -78,7 +86,10 @@ class Publisher:
         self.subjects = subjects
         self.limits = limits
         self.tracer = tracer or trace.get_tracer("hylo.bus")
+        #: how long a publish may wait for JetStream's ack in all (a leader election included)
         self.timeout_s = timeout_s
+        #: how long one try waits for the ack (``_publish_acked``)
+        self.attempt_s = attempt_s
 
     async def publish(self, message: Publishable, headers: dict[str, str] | None = None) -> PublishResult:
         """Encode (size-checked), attach id, correlation and trace headers (and a signature for the
@@ -97,8 +108,28 @@ class Publisher:
             inject_headers(hdrs)
             if self.signer is not None and kind in self.signer.kinds:
                 hdrs[HEADER_SIGNATURE] = self.signer.sign(subject, payload)
-            ack = await self.js.publish(subject, payload, timeout=self.timeout_s, headers=hdrs)
+            ack = await self._publish_acked(subject, payload, hdrs)
         return PublishResult(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate), subject=subject)
+
+    async def _publish_acked(self, subject: str, payload: bytes, headers: dict[str, str]) -> PubAck:
+        """Publish until JetStream acks, within ``timeout_s`` in all, each try waiting ``attempt_s``.
+
+        Why several tries: when a NATS node of a cluster dies, the streams it led elect a new leader
+        on the survivors, which takes several seconds after a SIGKILL (the election timeout), and a
+        publish meanwhile is never answered. A single 5 s wait failed the publish (the simulated
+        cluster's replay aborted: bench/nats_failover.py); now it is retried until the budget is
+        spent. A retry carries the same ``Nats-Msg-Id``, so a try that did land is dropped by the
+        stream as a duplicate, never stored twice."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                wait = min(self.attempt_s, max(left, 0.05))
+                return await self.js.publish(subject, payload, timeout=wait, headers=headers)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, NoStreamResponseError):
+                if time.monotonic() + RETRY_PAUSE_S >= deadline:
+                    raise
+                await asyncio.sleep(RETRY_PAUSE_S)
 
 
 def encode_any(message: object, limits: Limits) -> bytes:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.support.nats_cluster import nats_cluster
 from services.adapter_sim.replay import compare_with_base, load_workload, replay, sim_config
 from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.stack import LocalStack
@@ -26,7 +27,6 @@ from shared.bus import BusSettings, connect, ensure_streams
 from shared.bus.streams import stream_name
 from shared.schemas import Subjects
 from shared.store import create_engine, upgrade
-from tests.adapter_sim.nats_cluster import nats_cluster
 from tests.adapter_sim.pipeline_checks import db_rows, placements_on_stream
 
 SMALL_CLUSTER = Path(__file__).with_name("small_cluster.toml")

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from sqlalchemy import func, select
 
-from shared.bus import Consumer, Delivery, stream_name
-from shared.schemas import JobOutcome, PlacementDecision, encode
+from shared.bus import Consumer, Delivery, Publisher, ensure_streams, stream_name
+from shared.schemas import JobOutcome, PlacementDecision, Subjects, encode
 from shared.store import Decision, create_engine, record_decision, upgrade
 from tests.bus.bus_helpers import Recorder, dead_letters, process_until, wait_all_acked, wait_until
 from tests.conftest_services import Bus
@@ -193,3 +193,32 @@ async def test_a_deleted_consumer_is_recreated_and_keeps_serving(bus: Bus) -> No
     stop.set()
     await asyncio.wait_for(task, 5)
     assert [m.job_id for m, _ in seen.seen] == ["before", "after"]
+
+
+async def test_a_publish_nobody_answers_is_retried_until_the_stream_answers_and_stored_once(
+    bus: Bus,
+) -> None:
+    """A stream without a leader (a NATS node of a cluster died) does not answer publishes for a few
+    seconds; the publisher retries within its budget, and the retries store the message once."""
+    root = f"{bus.subjects.root}x"
+    subjects = Subjects(root)
+    publisher = Publisher(bus.js, subjects, bus.limits, timeout_s=10.0, attempt_s=0.3)
+    settings = bus.settings.model_copy(update={"subject_root": root})
+
+    async def streams_later() -> None:
+        await asyncio.sleep(0.8)  # nobody answers meanwhile: no stream holds the subject yet
+        await ensure_streams(bus.js, subjects, settings)
+
+    later = asyncio.create_task(streams_later())
+    result = await publisher.publish(decision(cluster="late", correlation_id="late-1"))
+    await later
+    info = await bus.js.stream_info(stream_name(subjects, "placements"))
+    assert (result.seq, info.state.messages) == (1, 1)
+    quick = Publisher(bus.js, Subjects(f"{root}y"), bus.limits, timeout_s=0.5, attempt_s=0.2)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(Exception) as caught:  # no stream ever: the budget ends it
+        await quick.publish(decision(cluster="late", correlation_id="late-2"))
+    assert not isinstance(caught.value, AssertionError)
+    assert asyncio.get_running_loop().time() - started < 2.0
+    for plan_name in await ensure_streams(bus.js, subjects, settings):  # this test's extra root
+        await bus.js.delete_stream(plan_name)
