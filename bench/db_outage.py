@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,9 +48,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.support.postgres import PostgresUnavailable, ThrowawayPostgres  # noqa: E402
 from services.adapter_sim.replay import load_workload, replay  # noqa: E402
 from services.adapter_sim.settings import AdapterSimSettings  # noqa: E402
-from services.adapter_sim.stack import LocalStack, free_port  # noqa: E402
+from services.adapter_sim.stack import LocalStack  # noqa: E402
 from services.placer.deadletters import replay_dead_letters  # noqa: E402
 from shared.bus import BusSettings, connect, stream_name  # noqa: E402
 from shared.cli.store_check import expected_rows, placements_mark, store_check  # noqa: E402
@@ -72,36 +71,12 @@ SCENARIOS: dict[str, dict[str, str]] = {
 }
 
 
-class Postgres:
-    """A throwaway server that can be stopped and started on the same port."""
-
-    def __init__(self, root: Path) -> None:
-        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
-        initdb = found[0] if found else shutil.which("initdb")
-        if initdb is None:
-            raise SystemExit("no initdb: install PostgreSQL's server package to run this benchmark")
-        self.bindir = Path(initdb).parent
-        self.root, self.data, self.port = root, root / "data", free_port()
-        root.mkdir(parents=True, exist_ok=True)
-        self.run_as: list[str] = []
-        if os.geteuid() == 0:  # initdb refuses root
-            shutil.chown(root, "postgres")
-            self.run_as = ["runuser", "-u", "postgres", "--"]
-        self._pg("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _pg(self, tool: str, *args: str) -> None:
-        subprocess.run([*self.run_as, str(self.bindir / tool), *args], check=True, capture_output=True)
-
-    def start(self) -> None:
-        opts = f"-p {self.port} -k {self.root} -h 127.0.0.1 -F"
-        self._pg("pg_ctl", "-D", str(self.data), "-o", opts, "-w", "-l", str(self.root / "log"), "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+def _postgres() -> ThrowawayPostgres:
+    """A server of its own (its directory apart from the stack's: the ``postgres`` user must reach it)."""
+    try:
+        return ThrowawayPostgres(prefix="db-outage-pg-")
+    except PostgresUnavailable as err:
+        raise SystemExit(f"cannot start a throwaway PostgreSQL: {err}") from None
 
 
 async def _migrate(url: str) -> None:
@@ -151,7 +126,11 @@ def _readyz(port: int) -> str:
 
 
 def _outage(
-    pg: Postgres, bus: BusSettings, placer_port: int, args: argparse.Namespace, started: threading.Event
+    pg: ThrowawayPostgres,
+    bus: BusSettings,
+    placer_port: int,
+    args: argparse.Namespace,
+    started: threading.Event,
 ) -> dict[str, Any]:
     """Wait ``outage_at`` s into the replay, stop PostgreSQL for ``outage_s``, start it, and time how
     long the recorders take to store everything published before the recovery."""
@@ -181,7 +160,7 @@ def _scenario(name: str, args: argparse.Namespace, console: Console) -> dict[str
     settings = AdapterSimSettings(sim_cluster=CLUSTER, sim_jobs=args.jobs, sim_load=args.load)
     work = load_workload(settings)  # a load out of reach fails here, before anything starts
     tmp = Path(tempfile.mkdtemp(prefix=f"db-outage-{name}-"))
-    pg = Postgres(Path(tempfile.mkdtemp(prefix="db-outage-pg-")))  # its own: postgres must reach it
+    pg = _postgres()
     stack = LocalStack(tmp / "stack")
     try:
         pg.start()
@@ -231,10 +210,8 @@ def _scenario(name: str, args: argparse.Namespace, console: Console) -> dict[str
         return row
     finally:
         stack.stop()
-        with contextlib.suppress(subprocess.CalledProcessError):
-            pg.stop("immediate")
+        pg.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(pg.root, ignore_errors=True)
 
 
 def _replayed(bus: BusSettings, url: str, expected: Any) -> tuple[int, int]:

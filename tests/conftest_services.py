@@ -2,10 +2,11 @@
 
 Imported by ``tests/bus/conftest.py`` and ``tests/store/conftest.py``. Each fixture uses the server
 already running on the machine (NATS 127.0.0.1:4222, PostgreSQL 127.0.0.1:5432, or the URLs in
-``HYLO_TEST_NATS_URL`` / ``HYLO_TEST_PG_ADMIN_URL``) and otherwise (or with ``HYLO_TEST_THROWAWAY=1``) starts a throwaway one on a free
-port in a temporary directory: ``nats-server -js`` from the virtual environment, PostgreSQL through
-``initdb``/``pg_ctl`` from ``/usr/lib/postgresql/*/bin``. A test is skipped, with the reason, only when
-no server can be reached or started.
+``HYLO_TEST_NATS_URL`` / ``HYLO_TEST_PG_ADMIN_URL``) and otherwise (or with
+``HYLO_TEST_THROWAWAY=1``) starts a throwaway one on a free port in a temporary directory:
+``nats-server -js`` from the virtual environment, PostgreSQL through ``bench/support/postgres.py``
+(``initdb``/``pg_ctl`` from ``/usr/lib/postgresql/*/bin``). A test is skipped, with the reason, only
+when no server can be reached or started.
 
 Isolation for parallel workers (pytest-xdist): every test gets its own NATS subject root (so its own
 streams), and every test session its own PostgreSQL database with a random name, dropped at the end.
@@ -15,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -34,6 +33,7 @@ import pytest_asyncio
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from bench.support.postgres import PostgresUnavailable, ThrowawayPostgres
 from services.adapter_sim.stack import free_port
 from shared.bus import BusSettings, Publisher, connect, ensure_streams, stream_plans
 from shared.schemas import Limits, Subjects
@@ -164,46 +164,15 @@ def drop_streams(nats_url: str, root: str) -> None:
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
-def _pg_bin() -> Path | None:
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
-    if candidates:
-        return Path(candidates[0]).parent
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
 @contextlib.contextmanager
 def _throwaway_postgres() -> Iterator[str]:
-    """initdb + pg_ctl on a free port in a temporary directory; yields an admin DSN."""
-    bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432 and no initdb/pg_ctl to start one")
-    tmp = Path(tempfile.mkdtemp(prefix="hylo-pg-"))
-    data, port = tmp / "data", free_port()
-    run_as: list[str] = []
-    if hasattr(os, "geteuid") and os.geteuid() == 0:  # initdb refuses root
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser: cannot start a throwaway PostgreSQL")
-        shutil.chown(tmp, "postgres")
-        run_as = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(
-        [*run_as, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-        check=True,
-        capture_output=True,
-    )
-    opts = f"-p {port} -k {tmp} -h 127.0.0.1 -F"
-    subprocess.run(
-        [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l", str(tmp / "log"), "start"],
-        check=True,
-        capture_output=True,
-    )
+    """A private server (``bench/support/postgres.py``) for the session; yields an admin DSN."""
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(tmp, ignore_errors=True)
+        server = ThrowawayPostgres()
+    except PostgresUnavailable as err:
+        pytest.skip(f"no PostgreSQL on 127.0.0.1:5432, and no throwaway one: {err}")
+    with server:
+        yield server.dsn
 
 
 async def _admin(dsn: str, sql: str) -> None:
