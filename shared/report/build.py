@@ -12,27 +12,15 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shared.report import figures
+from shared.report.aggregates import METRICS, MOST_GROUPS, TOTAL, Distribution
 from shared.report.data import ReportData, load_report_data
-from shared.report.figures import EPOCH_FROM, Plot
+from shared.report.figures import EPOCH_FROM, Plot, Units
 from shared.report.page import Html, data_uri, document, el, esc, num_cell, number, table
 from shared.report.shadow import shadow_section
-from shared.report.stats import (
-    METRIC_TITLES,
-    METRICS,
-    TOTAL,
-    Distribution,
-    busy_timeline,
-    decision_counts,
-    fallback_counts,
-    latency_summary,
-    outcome_summary,
-    stage_names,
-    time_edges,
-)
+from shared.report.stats import METRIC_TITLES
 
 
 def clock_text(t: float | None) -> str:
@@ -74,18 +62,20 @@ def _summary(items: Sequence[tuple[str, str, float | int | None, str]]) -> Html:
     return el("dl", *cells, class_="summary", id="summary")
 
 
-def _unit_of(values: np.ndarray, metric: str) -> tuple[str, float]:
-    return ("", 1.0) if metric == "bsld" else figures.time_unit(values)
+def _units(data: ReportData) -> Units:
+    """Per metric, the unit its tables and figures use (bounded slowdown has none)."""
+    medians = data.outcomes.medians
+    return {m: ("", 1.0) if m == "bsld" else figures.unit_of_median(medians.get(m, 0.0)) for m in METRICS}
 
 
-def _outcomes_section(data: ReportData, edges: np.ndarray) -> list[Html]:
+def _outcomes_section(data: ReportData) -> list[Html]:
     out = [el("h2", "Jobs: wait, JCT and bounded slowdown", id="outcomes")]
     o = data.outcomes
     if not len(o):
         out.append(_note("No finished job started in this range.", id="no-outcomes"))
         return out
-    summary = outcome_summary(o)
-    units = {m: _unit_of(getattr(o, m), m) for m in METRICS}
+    summary = o.by_group()
+    units = _units(data)
     headers = ["decided by", "jobs"]
     for m in METRICS:
         unit = units[m][0]
@@ -112,14 +102,14 @@ def _outcomes_section(data: ReportData, edges: np.ndarray) -> list[Html]:
         )
     )
     out.append(table(headers, rows, id="outcome-table"))
-    out.append(_figure(figures.outcome_boxes(o)))
-    out.append(_figure(figures.outcomes_over_time(o, edges)))
+    out.append(_figure(figures.outcome_boxes(o.groups[:MOST_GROUPS], units)))
+    out.append(_figure(figures.outcomes_over_time(o.over_time, units, data.edges)))
     return out
 
 
 def _decisions_section(data: ReportData) -> list[Html]:
     out = [el("h2", "Decisions", id="decisions")]
-    counts = decision_counts(data.snapshots)
+    counts = data.snapshots.decided
     if not counts:
         out.append(_note("No decision in this range.", id="no-decisions"))
         return out
@@ -146,7 +136,7 @@ def _decisions_section(data: ReportData) -> list[Html]:
 
 def _utilization_section(data: ReportData) -> tuple[list[Html], float | None]:
     out = [el("h2", "GPU utilization", id="utilization")]
-    timeline = busy_timeline(data.running, data.since, data.until)
+    timeline = data.busy
     if timeline is None:
         out.append(_note("No finished job ran in this range.", id="no-utilization"))
         return out, None
@@ -163,10 +153,10 @@ def _utilization_section(data: ReportData) -> tuple[list[Html], float | None]:
     return out, timeline.mean
 
 
-def _latency_section(data: ReportData, edges: np.ndarray) -> list[Html]:
+def _latency_section(data: ReportData) -> list[Html]:
     out = [el("h2", "Decision latency", id="latency")]
-    stages = stage_names(data.snapshots)
-    summary = latency_summary(data.snapshots)
+    stages = data.snapshots.stages
+    summary = data.snapshots.latency
     if not data.snapshots or (summary[TOTAL].n == 0 and not stages):
         out.append(_note("No decision latency recorded in this range.", id="no-latency"))
         return out
@@ -186,13 +176,15 @@ def _latency_section(data: ReportData, edges: np.ndarray) -> list[Html]:
             ["stage", "snapshots", "p50 (ms)", "p99 (ms)", "mean (ms)", "max (ms)"], rows, id="latency-table"
         )
     )
-    out.append(_figure(figures.decision_latency(data.snapshots, stages, edges)))
+    bins = data.snapshots.latency_bins
+    series = {stage: bins.get(stage) for stage in summary}
+    out.append(_figure(figures.decision_latency(series, data.edges)))
     return out
 
 
 def _fallback_section(data: ReportData) -> tuple[list[Html], int]:
     out = [el("h2", "Fallbacks", id="fallbacks")]
-    rows = fallback_counts(data.snapshots)
+    rows = data.snapshots.fallbacks
     total = sum(r.snapshots for r in rows)
     if not rows:
         what = (
@@ -219,9 +211,9 @@ def _fallback_section(data: ReportData) -> tuple[list[Html], int]:
 
 def _models_section(data: ReportData) -> list[Html]:
     out = [el("h2", "Model versions and promotions", id="models")]
-    counts = {c.decided_by: c for c in decision_counts(data.snapshots)}
+    counts = {c.decided_by: c for c in data.snapshots.decided}
     known = {v.version for v in data.versions}
-    unregistered = sorted({s.model_version for s in data.snapshots if s.model_version} - known)
+    unregistered = sorted(data.snapshots.model_versions - known)
     if unregistered:
         out.append(
             _note(
@@ -233,7 +225,7 @@ def _models_section(data: ReportData) -> list[Html]:
     if not data.versions and not data.events:
         out.append(_note("No model version is recorded for this cluster.", id="no-models"))
         return out
-    jobs = outcome_summary(data.outcomes)
+    jobs = data.outcomes.by_group()
     rows = []
     for v in data.versions:
         c = counts.get(v.version)
@@ -315,12 +307,10 @@ def render_report(data: ReportData) -> str:
         )
         return document(f"Hylo report: {data.cluster}", body)
     snaps = data.snapshots
-    times = np.array([s.snapshot_time for s in snaps] + list(data.outcomes.start_s), dtype=np.float64)
-    edges = time_edges(times, data.since, data.until)
-    latency = latency_summary(snaps)[TOTAL]
+    latency = snaps.latency[TOTAL]
     sections_util, mean_busy = _utilization_section(data)
     sections_fb, fallback_total = _fallback_section(data)
-    rows = sum(s.rows for s in snaps)
+    rows = snaps.rows
     fb_share = f" ({fallback_total / len(snaps):.0%})" if snaps else ""
     cap = data.capacity_gpus
     items: list[tuple[str, str, float | int | None, str]] = [
@@ -329,8 +319,8 @@ def render_report(data: ReportData) -> str:
         (
             "jobs-started",
             "jobs started by decisions",
-            sum(s.placed for s in snaps),
-            number(sum(s.placed for s in snaps)),
+            snaps.placed,
+            number(snaps.placed),
         ),
         ("jobs-finished", "finished jobs (started in range)", len(data.outcomes), number(len(data.outcomes))),
         ("fallbacks", "fallback snapshots", fallback_total, number(fallback_total) + fb_share),
@@ -347,10 +337,10 @@ def render_report(data: ReportData) -> str:
         ("capacity", "GPU capacity", cap, number(cap) if cap else "unknown"),
     ]
     body.append(_summary(items))
-    body += _outcomes_section(data, edges)
+    body += _outcomes_section(data)
     body += _decisions_section(data)
     body += sections_util
-    body += _latency_section(data, edges)
+    body += _latency_section(data)
     body += sections_fb
     body += _models_section(data)
     body += shadow_section(data.shadows)

@@ -16,24 +16,22 @@ order being applied. Per shadow model version this section shows:
   the *applied* order: they say whom each order would have favoured, not what the shadow's order
   would have achieved (no counterfactual: jobs would have started at other times).
 
-Pure functions over ``ShadowSnapshot`` records (``shared.report.data``), and the section's markup.
+The database computes each compared snapshot's rho and overlap and the top-10 waits
+(``shared.report.sql.shadow_summaries``); ``spearman`` is the formula it implements, in numpy. This
+module draws the section.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from shared.report.data import FloatArray, ShadowSnapshot
-from shared.report.figures import Plot, _figure, to_png
+from shared.report.aggregates import FloatArray, ShadowSummary
+from shared.report.figures import Margins, Plot, _figure, cached, to_png
 from shared.report.page import Html, data_uri, el, esc, num_cell, table
+from shared.report.sql import TOP_K
 from shared.report.stats import percentile
-
-#: how many of each order's first jobs are compared
-TOP_K = 10
 
 
 def spearman(applied_rank: FloatArray, shadow_rank: FloatArray) -> float:
@@ -47,70 +45,6 @@ def spearman(applied_rank: FloatArray, shadow_rank: FloatArray) -> float:
     return 1.0 - 6.0 * d2 / (n * (n * n - 1))
 
 
-@dataclass(frozen=True)
-class ShadowSummary:
-    """The comparison of one shadow model version with the applied orders (module docstring)."""
-
-    model_version: str
-    applied_by: tuple[tuple[str, int], ...]  # who decided the applied orders, with snapshot counts
-    snapshots: int
-    compared: int
-    rho: FloatArray  # one per compared snapshot
-    top_overlap: FloatArray  # one per compared snapshot
-    shadow_top_jobs: int  # finished jobs the shadow put in its top k at least once
-    shadow_top_wait: float
-    applied_top_jobs: int
-    applied_top_wait: float
-
-
-def shadow_summaries(records: Sequence[ShadowSnapshot], k: int = TOP_K) -> list[ShadowSummary]:
-    """One summary per shadow model version, by name."""
-    by_version: dict[str, list[ShadowSnapshot]] = {}
-    for r in records:
-        by_version.setdefault(r.model_version, []).append(r)
-    out = []
-    for version in sorted(by_version):
-        snaps = by_version[version]
-        rhos: list[float] = []
-        overlaps: list[float] = []
-        shadow_top: dict[str, float] = {}
-        applied_top: dict[str, float] = {}
-        for s in snaps:
-            both = np.isfinite(s.applied_rank)
-            n = int(both.sum())
-            if n < 2:
-                continue
-            ids = [j for j, keep in zip(s.job_ids, both, strict=True) if keep]
-            applied = np.argsort(np.argsort(s.applied_rank[both], kind="stable"), kind="stable")
-            shadow = np.argsort(np.argsort(s.shadow_rank[both], kind="stable"), kind="stable")
-            waits = s.wait_s[both]
-            rhos.append(spearman(s.applied_rank[both], s.shadow_rank[both]))
-            top = min(k, n)
-            overlaps.append(float(np.sum((applied < top) & (shadow < top))) / top)
-            for i, job in enumerate(ids):
-                if np.isfinite(waits[i]):
-                    if shadow[i] < k:
-                        shadow_top[job] = float(waits[i])
-                    if applied[i] < k:
-                        applied_top[job] = float(waits[i])
-        applied_by = Counter(s.applied_by for s in snaps)
-        out.append(
-            ShadowSummary(
-                model_version=version,
-                applied_by=tuple(sorted(applied_by.items(), key=lambda kv: (-kv[1], kv[0]))),
-                snapshots=len(snaps),
-                compared=len(rhos),
-                rho=np.array(rhos, dtype=np.float64),
-                top_overlap=np.array(overlaps, dtype=np.float64),
-                shadow_top_jobs=len(shadow_top),
-                shadow_top_wait=float(np.mean(list(shadow_top.values()))) if shadow_top else float("nan"),
-                applied_top_jobs=len(applied_top),
-                applied_top_wait=float(np.mean(list(applied_top.values()))) if applied_top else float("nan"),
-            )
-        )
-    return out
-
-
 def _mean(values: FloatArray) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
@@ -119,9 +53,10 @@ def _pct(values: FloatArray, q: float) -> float | None:
     return percentile(values, q) if len(values) else None
 
 
+@cached
 def agreement_plot(summaries: Sequence[ShadowSummary]) -> Plot:
     """Histogram of the per-snapshot rank agreement, one outline per shadow model version."""
-    fig = _figure(10.0, 3.2)
+    fig = _figure(10.0, 3.2, Margins(left=0.8, bottom=0.6, top=0.15))
     ax = fig.subplots()
     bins = [float(b) for b in np.linspace(-1.0, 1.0, 41)]
     for s in summaries:
@@ -143,10 +78,10 @@ def agreement_plot(summaries: Sequence[ShadowSummary]) -> Plot:
     )
 
 
-def shadow_section(records: Sequence[ShadowSnapshot]) -> list[Html]:
+def shadow_section(summaries: Sequence[ShadowSummary]) -> list[Html]:
     """The section's markup: a note when no shadow model scored in the range, else a table and a plot."""
     out = [el("h2", "Shadow mode: candidates scored beside the applied model", id="shadow")]
-    if not records:
+    if not summaries:
         out.append(
             el(
                 "p",
@@ -156,7 +91,6 @@ def shadow_section(records: Sequence[ShadowSnapshot]) -> list[Html]:
             )
         )
         return out
-    summaries = shadow_summaries(records)
     out.append(
         el(
             "p",

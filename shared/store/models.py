@@ -78,6 +78,12 @@ class Decision(Base):
         Index("ix_decisions_cluster_job", "cluster", "job_id"),
         Index("ix_decisions_cluster_time", "cluster", "snapshot_time"),
         Index("ix_decisions_model_version", "model_version"),
+        # the report's reads, index-only (migration 0005)
+        Index("ix_decisions_report_snapshots", "cluster", "snapshot_time", "correlation_id", "placed", "id"),
+        Index(
+            "ix_decisions_report_jobs",
+            *("cluster", "correlation_id", "job_id", "policy", "model_version", "rank"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)

@@ -1,14 +1,19 @@
-"""The report's arithmetic and its HTML escaping, on small inputs worked out by hand."""
+"""The report's arithmetic and its HTML escaping, on small inputs worked out by hand.
+
+The arithmetic is that of the numpy reference (``reference.py``), which the database's aggregates
+are held to in ``test_report_sql.py``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from shared.report.data import Outcomes, SnapshotRecord
 from shared.report.page import Html, el, esc, number
-from shared.report.stats import (
-    NO_MODEL_YET,
+from shared.report.stats import NO_MODEL_YET
+from tests.report.reference import (
+    Jobs,
+    SnapshotRecord,
     binned_percentiles,
     busy_timeline,
     fallback_counts,
@@ -33,12 +38,11 @@ def snap(seq: int, version: str | None, fallback: str | None = None, rows: int =
     )
 
 
-def running(*jobs: tuple[float, float, int]) -> Outcomes:
+def running(*jobs: tuple[float, float, int]) -> Jobs:
     start = np.array([j[0] for j in jobs], dtype=np.float64)
     end = np.array([j[1] for j in jobs], dtype=np.float64)
     gpus = np.array([j[2] for j in jobs], dtype=np.float64)
-    zero = np.zeros(len(jobs))
-    return Outcomes(start, end, zero, end - start, zero + 1, gpus, tuple("x" for _ in jobs))
+    return Jobs(start, end, gpus)
 
 
 def test_busy_gpus_is_a_step_function_of_the_running_jobs() -> None:
@@ -70,7 +74,7 @@ def test_busy_gpus_is_cut_to_the_range() -> None:
     assert t.times.tolist() == [4, 5, 10]
     assert t.mean == pytest.approx((2 * 1 + 5 * 5 + 4 * 1) / 7)
     assert busy_timeline(running((0, 3, 1)), 4.0, 11.0) is None  # ended before the range
-    assert busy_timeline(Outcomes.empty(), None, None) is None
+    assert busy_timeline(running(), None, None) is None
 
 
 def test_a_job_ending_when_another_starts_leaves_no_spike() -> None:

@@ -1,0 +1,47 @@
+"""A tiny run of ``bench/report_scale.py``: its own PostgreSQL, a generated store, the query API as a
+process, concurrent clients, and the JSON it writes (a few thousand decision rows: seconds).
+
+Skipped, with the reason, where no throwaway PostgreSQL can be started (no server binaries).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from bench.support.postgres import postgres_bindir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("report_scale_bench", ROOT / "bench" / "report_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_run_measures_every_phase(tmp_path: Path) -> None:
+    if postgres_bindir() is None:
+        pytest.skip("no initdb/pg_ctl to start a throwaway PostgreSQL")
+    out = tmp_path / "report_scale.json"
+    args = ["--rows", "3000", "--queue", "10", "--clients", "2", "--rounds", "1", "--no-distinct"]
+    doc = bench().main([*args, "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
+    store = doc["store"]
+    assert store["decision_rows"] >= 3000 and store["outcomes"] > 0 and store["shadow_rows"] > 0
+    phases = doc["phases"]
+    assert set(phases) == {"idle", "cold", "1 client", "2 clients, same"}
+    for name in ("cold", "1 client", "2 clients, same"):
+        phase = phases[name]
+        assert phase["errors"] == 0 and phase["statuses"] == [200], phase
+        assert phase["requests"] == phase["clients"] * phase["rounds"]
+        assert 0 < phase["p50_s"] <= phase["p99_s"] <= phase["max_s"]
+        assert phase["page_bytes"] > 10_000 and phase["peak_mib"] >= phase["rss_mib"] > 0
