@@ -8,9 +8,10 @@ the command can be run as often as wanted. ``--dry-run`` lists the letters and w
 replayed, without writing.
 
 NATS comes from ``HYLO_NATS_URL`` and ``HYLO_SUBJECT_ROOT`` (or the options), the database from
-``HYLO_DATABASE_URL`` (or ``--database-url``). Exit codes: 0 every letter of the recorder was
-stored or rejected on purpose, 1 some could not be replayed (their originals are gone from the bus;
-they are listed), 2 error (NATS or the database unreachable).
+``--database`` (``--database-url``: a SQLite file path or a SQLAlchemy URL) or ``HYLO_DATABASE_URL``.
+Exit codes: 0 every letter of the recorder was stored or rejected on purpose, 1 some could not be
+replayed (their originals are gone from the bus; they are listed), 2 error (NATS or the database
+unreachable).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shared.cli.common import console, fail
+from shared.cli.common import DatabaseOpt, console, database_option, fail
 
 if TYPE_CHECKING:
     from services.placer.deadletters import Letter, ReplaySummary
@@ -50,9 +51,6 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="list what would be r
 NatsOpt = Annotated[str | None, typer.Option("--nats-url", help="NATS servers (default: HYLO_NATS_URL)")]
 RootOpt = Annotated[
     str | None, typer.Option("--subject-root", help="subject namespace (default: HYLO_SUBJECT_ROOT)")
-]
-DatabaseOpt = Annotated[
-    str | None, typer.Option("--database-url", help="SQLAlchemy async URL (default: HYLO_DATABASE_URL)")
 ]
 
 
@@ -109,7 +107,6 @@ async def _replay(
     from shared.bus.settings import message_limits
     from shared.cli.common import migrated_engine
     from shared.schemas.subjects import Subjects
-    from shared.store.settings import StoreSettings
 
     updates: dict[str, Any] = {"nats_max_reconnect_attempts": 1, "nats_name": "hylo-deadletters"}
     if nats_url is not None:
@@ -117,7 +114,7 @@ async def _replay(
     if subject_root is not None:
         updates["subject_root"] = subject_root
     bus = BusSettings().model_copy(update=updates)
-    engine = None if dry_run else await migrated_engine(database_url or StoreSettings().database_url)
+    engine = None if dry_run else await migrated_engine(database_option(database_url))
     try:
         try:
             nc = await connect(bus)

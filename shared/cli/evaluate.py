@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from shared.cli.checks import check_estimates, check_jobs, check_load, check_out, load_model
 from shared.cli.common import (
     LOAD_DEFINITION_HELP,
     console,
@@ -24,14 +25,13 @@ from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import FeatureSchema
 from shared.features.catalog import DEFAULT_FEATURE_SET
 from shared.metrics import PolicyComparison, Window, WindowMetrics, chronological_split, make_windows
-from shared.model import ActorCritic, CheckpointError, ModelCard, TrainingInfo
+from shared.model import ActorCritic, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES, baseline_names, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
 from shared.rl.setup import (
     RunSetup,
     load_runner,
-    load_trained,
     trained_estimates,
     trained_load_definition,
 )
@@ -43,14 +43,17 @@ METRICS = ("wait_mean", "jct_mean", "bsld_mean", "utilization", "idle_frac_while
 def _load_model(checkpoint: Path, untrained: bool) -> tuple[ActorCritic, ModelCard, FeatureSchema]:
     """The checkpoint's model, card and feature schema; with ``untrained``, the model the trainer
     started from instead of the weights (how much of the result is training's)."""
-    try:
-        model, card, schema = load_trained(checkpoint)
-    except CheckpointError as err:
-        raise fail(f"cannot use checkpoint: {err}") from None
+    model, card, schema = load_model(checkpoint, "--checkpoint")
     if untrained:
         torch.manual_seed(card.training.seed)
         model = ActorCritic(card.model).eval()
     return model, card, schema
+
+
+def _estimates(estimates: str, trace: str) -> str:
+    """``--estimates`` (or the card's) checked against the trace evaluated on."""
+    check_estimates(estimates, trace)
+    return estimates
 
 
 def _checked_policies(policies: str, transfer: str, base_policy: str) -> tuple[list[str], list[str]]:
@@ -138,11 +141,17 @@ def _held_out_windows(
     n: int, frac: float, size: int, windows: int, seed: int, overlap: bool
 ) -> tuple[range, list[Window]]:
     """The jobs after the training part of ``n`` (fraction ``frac``), and the windows chosen among them."""
-    _, test = chronological_split(n, frac)
+    if not 0.0 < frac < 1.0:
+        raise fail(f"--train-fraction {frac:g}: expected a share strictly between 0 and 1 (e.g. 0.9)")
     try:
+        _, test = chronological_split(n, frac)
         chosen = make_windows(test, size, windows, seed=seed, overlap=overlap)
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise fail(
+            f"held-out windows: {err}; pass a smaller --window-size"
+            + ("" if overlap else " or --overlap (windows may then share jobs)")
+            + ", fewer --windows, or a smaller --train-fraction"
+        ) from None
     return test, chosen
 
 
@@ -268,11 +277,15 @@ def evaluate_command(
     cluster: Annotated[
         str | None, typer.Option(help="cluster preset or spec file (default: the trace's)")
     ] = None,
-    windows: Annotated[int, typer.Option(help="held-out windows (the last 10% of the trace)")] = 100,
-    window_size: Annotated[int | None, typer.Option(help="jobs per window (default: as trained)")] = None,
+    windows: Annotated[int, typer.Option(help="held-out windows (the last 10% of the trace)", min=1)] = 100,
+    window_size: Annotated[
+        int | None, typer.Option(help="jobs per window (default: as trained)", min=1)
+    ] = None,
     policies: Annotated[str, typer.Option(help="baselines, comma-separated")] = ",".join(POLICY_NAMES),
     paper: Annotated[bool | None, typer.Option(help="paper setting (default: as trained)")] = None,
-    warmup: Annotated[int | None, typer.Option(help="warm-up jobs per window (default: as trained)")] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="warm-up jobs per window (default: as trained)", min=0)
+    ] = None,
     estimates: Annotated[
         str | None,
         typer.Option(
@@ -288,7 +301,9 @@ def evaluate_command(
         float | None,
         typer.Option(help="chronological split; windows come from after it (default: as trained)"),
     ] = None,
-    jobs: Annotated[int | None, typer.Option(help="embedded workload size (default: as trained)")] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="embedded workload size (default: as trained)", min=1)
+    ] = None,
     load: Annotated[
         float | None, typer.Option(help="rescale arrivals to this offered load (default: as trained)")
     ] = None,
@@ -314,6 +329,8 @@ def evaluate_command(
 ) -> None:
     """Evaluate a trained prioritizer on held-out windows against the base policies (paired, 95% CIs)."""
     torch.set_num_threads(1)
+    check_load(load)
+    check_out(out)
     model, card, schema = _load_model(checkpoint, untrained)
     info = card.training
     extra = info.extra
@@ -325,7 +342,7 @@ def evaluate_command(
         schema.sampling.mode,
         paper=paper,
         warmup=warmup,
-        estimates=estimates or trained_estimates(info),
+        estimates=_estimates(estimates or trained_estimates(info), trace or info.trace),
         jobs=jobs,
         load=load,
         placement=placement,
@@ -334,6 +351,7 @@ def evaluate_command(
     )
     t0 = time.perf_counter()
     work, runner = _load(trace, cluster, info, setup, predictions=needs_predictions(names))
+    check_jobs(work, trace or info.trace)
     frac_default = extra.get("train_fraction")
     frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
     test, chosen = _held_out_windows(len(work.bound.jobs), frac, size, windows, seed, overlap)

@@ -1,6 +1,8 @@
 """``hylo models list|register|promote|rollback|shadow|history``: the model registry from the command line.
 
-The database comes from ``HYLO_DATABASE_URL`` (or ``--database-url``), NATS from ``HYLO_NATS_URL``
+The database comes from ``--database`` (``--database-url``: a SQLite file path or a SQLAlchemy URL)
+or ``HYLO_DATABASE_URL``; ``list`` and ``history`` only read, so a SQLite file that does not exist is
+an error there, not a new empty registry. NATS from ``HYLO_NATS_URL``
 and ``HYLO_SUBJECT_ROOT`` (or the options), the cluster from ``HYLO_REGISTRY_CLUSTER`` (or
 ``--cluster``), the gate from ``HYLO_GATE_*`` (or the ``promote`` options). Why the registry is
 imported inside each command: it pulls in torch and the simulator, which ``hylo --help`` should not
@@ -23,7 +25,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shared.cli.common import console, fail, migrated_engine
+from shared.cli.common import DatabaseOpt, console, database_option, existing_database, fail, migrated_engine
 
 if TYPE_CHECKING:
     from shared.registry import GateResult, PromotionResult, Registry, ShadowResult, VersionInfo
@@ -38,9 +40,6 @@ models_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-DatabaseOpt = Annotated[
-    str | None, typer.Option("--database-url", help="SQLAlchemy async URL (default: HYLO_DATABASE_URL)")
-]
 NatsOpt = Annotated[str | None, typer.Option("--nats-url", help="NATS servers (default: HYLO_NATS_URL)")]
 RootOpt = Annotated[
     str | None, typer.Option("--subject-root", help="subject namespace (default: HYLO_SUBJECT_ROOT)")
@@ -78,13 +77,15 @@ def _run(
     nats_url: str | None = None,
     subject_root: str | None = None,
     actor: str | None = None,
+    reads_only: bool = False,
 ) -> T:
-    """Open the store (migrated to the newest schema) and, if ``nats``, the bus; run ``work``."""
+    """Open the store (migrated to the newest schema) and, if ``nats``, the bus; run ``work``.
+
+    ``reads_only``: the command only reads, so a SQLite file must already exist."""
     from shared.registry import Registry, RegistryError
     from shared.registry.settings import RegistrySettings
-    from shared.store import StoreSettings
 
-    url = database_url or StoreSettings().database_url
+    url = existing_database(database_url) if reads_only else database_option(database_url)
     who = actor or RegistrySettings().actor
 
     async def main() -> T:
@@ -227,7 +228,7 @@ def list_command(
     async def work(registry: Registry) -> list[VersionInfo]:
         return await registry.versions(name)
 
-    rows = _run(work, database_url=database_url, nats=False)
+    rows = _run(work, database_url=database_url, nats=False, reads_only=True)
     if not rows:
         console.print(f"no model versions{f' for cluster {escape(name)}' if name else ''}")
         return
@@ -380,7 +381,7 @@ def history_command(
     async def work(registry: Registry) -> list[Any]:
         return await registry.history(version=version, cluster=name)
 
-    events = _run(work, database_url=database_url, nats=False)
+    events = _run(work, database_url=database_url, nats=False, reads_only=True)
     if not events:
         console.print("no history")
         return

@@ -1,7 +1,8 @@
 """``hylo report``: write the decisions database's report (one self-contained HTML file).
 
-The database is ``--database`` (default ``HYLO_DATABASE_URL``, the embedded ``hylo.db``); it is only
-read, never migrated or created: a SQLite file that does not exist is an error, not a new empty file.
+The database is ``--database`` (a SQLite file path or a SQLAlchemy URL; default ``HYLO_DATABASE_URL``,
+the embedded ``hylo.db``); it is only read, never migrated or created: a SQLite file that does not
+exist is an error, not a new empty file.
 Why ``shared.report`` is imported inside the command: it pulls in matplotlib, which ``hylo --help``
 should not wait for. Exit codes: 0 written (also when there is no data: the page says so), 2 error.
 """
@@ -17,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail
+from shared.cli.common import DatabaseOpt, console, existing_database, fail
 
 
 def parse_time(value: str | None, option: str) -> float | None:
@@ -40,20 +41,8 @@ def parse_time(value: str | None, option: str) -> float | None:
     return when.timestamp()
 
 
-def _missing_sqlite_file(url: str) -> Path | None:
-    """The file of a ``sqlite`` URL when it does not exist (aiosqlite would create an empty one)."""
-    match = re.match(r"^sqlite(\+\w+)?:///(?P<path>[^?]+)", url)
-    if match is None or match["path"] == ":memory:":
-        return None
-    path = Path(match["path"])
-    return None if path.exists() else path
-
-
 def report_command(
-    database: Annotated[
-        str | None,
-        typer.Option("--database", help="SQLAlchemy async URL of the store (default: HYLO_DATABASE_URL)"),
-    ] = None,
+    database: DatabaseOpt = None,
     cluster: Annotated[
         str | None,
         typer.Option("--cluster", help="cluster to report on (default: the only one in the store)"),
@@ -78,9 +67,9 @@ def report_command(
     GPU utilization, decision latency, fallbacks and model promotions, with plots embedded."""
     from shared.report import NotMigrated, ReportData, ReportError, generate_report, render_report
     from shared.schemas.base import CLUSTER_PATTERN
-    from shared.store import StoreSettings, create_engine
+    from shared.store import create_engine
+    from shared.store.settings import safe_url
 
-    url = database or StoreSettings().database_url
     if cluster is not None and not re.match(CLUSTER_PATTERN, cluster):
         raise fail(
             f"--cluster {cluster!r}: 1-63 letters, digits, '_' or '-', starting with a letter or digit"
@@ -96,9 +85,7 @@ def report_command(
             capacity, source = load_cluster_spec(spec).total_gpus, f"--spec {spec}"
         except (SpecError, OSError) as err:
             raise fail(f"--spec {spec!r}: {err}") from None
-    missing = _missing_sqlite_file(url)
-    if missing is not None:
-        raise fail(f"--database: no SQLite file at {missing} (the report reads an existing store)")
+    url = existing_database(database)
 
     async def main() -> tuple[str | None, int, str]:
         engine = create_engine(url)
@@ -119,7 +106,7 @@ def report_command(
         except ReportError as err:
             raise fail(str(err)) from None
         except Exception as err:  # unreachable server, bad credentials, unknown driver
-            raise fail(f"cannot read the database {url}: {type(err).__name__}: {err}") from None
+            raise fail(f"cannot read the database {safe_url(url)}: {type(err).__name__}: {err}") from None
         finally:
             await engine.dispose()
         return data.cluster, len(data.snapshots), page

@@ -3,8 +3,10 @@
 By default it asks the running trainer service (``POST /v1/retrain`` on ``--url``) and, with
 ``--wait`` (the default), follows ``GET /v1/status`` until the run is over. ``--local`` runs the
 same run in this process instead (``services.trainer.run.retrain_once``), against the database
-(``HYLO_DATABASE_URL`` or ``--database-url``) and NATS (``HYLO_NATS_URL`` or ``--nats-url``), with
-the trainer's settings (``HYLO_TRAINER_*``) and the cluster map (``HYLO_CLUSTERS``).
+(``--database``/``--database-url``: a SQLite file path or a SQLAlchemy URL; default
+``HYLO_DATABASE_URL``; a SQLite file must exist: the run rebuilds its workload from it) and NATS
+(``HYLO_NATS_URL`` or ``--nats-url``), with the trainer's settings (``HYLO_TRAINER_*``) and the
+cluster map (``HYLO_CLUSTERS``).
 
 When the service has API tokens (docs/security.md), ``--token`` (or ``HYLO_API_TOKEN``) is sent as
 ``Authorization: Bearer``: the run needs a token of scope ``admin``.
@@ -24,7 +26,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from shared.cli.common import console, fail, migrated_engine
+from shared.cli.common import DatabaseOpt, console, existing_database, fail, migrated_engine
 
 __all__ = ["retrain_command"]
 
@@ -94,7 +96,6 @@ def _local(
     from services.trainer.settings import TrainerSettings
     from shared.cli.models import _connect  # the same NATS connection `hylo models promote` opens
     from shared.service import ServiceSettings
-    from shared.store import StoreSettings
 
     try:
         settings = TrainerSettings()
@@ -104,7 +105,7 @@ def _local(
         name, spec_arg = choose_cluster(settings, service.clusters)
     except ValueError as err:
         raise fail(str(err)) from None
-    url = database_url or StoreSettings().database_url
+    url = existing_database(database_url)
 
     async def main() -> dict[str, Any]:
         engine = await migrated_engine(url)
@@ -141,9 +142,7 @@ def retrain_command(
     reason: Annotated[str, typer.Option(help="recorded as the run's trigger")] = "cli",
     wait: Annotated[bool, typer.Option(help="wait for the service's run to finish and print it")] = True,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the service's run")] = 3600.0,
-    database_url: Annotated[
-        str | None, typer.Option("--database-url", help="with --local (default: HYLO_DATABASE_URL)")
-    ] = None,
+    database_url: DatabaseOpt = None,
     nats_url: Annotated[
         str | None, typer.Option("--nats-url", help="with --local (default: HYLO_NATS_URL)")
     ] = None,

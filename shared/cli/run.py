@@ -41,7 +41,14 @@ from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.snapshot import DEFAULT_MAX_PENDING, SnapshotError
 from services.adapter_sim.stack import PIPELINE, LocalStack, StackError
 from shared.bus import BusSettings
-from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.cli.common import (
+    LOAD_DEFINITION_HELP,
+    console,
+    fail,
+    follow_up_commands,
+    load_definition_option,
+    progress_bar,
+)
 from shared.cli.run_bus import RunBus, throwaway_credentials, up_credentials
 from shared.cli.store_check import StoreCheck, placements_mark, run_check, wait_for_store
 from shared.domain.cluster import SpecError
@@ -412,6 +419,7 @@ def _drive(
     for line in _summary_lines(run, cmp, options):
         console.print(line, soft_wrap=True)
     console.print(f"database: {escape(db_label)} ({stored})", soft_wrap=True)
+    console.print(escape(follow_up_commands(db_label)), soft_wrap=True, highlight=False)
     load = {
         "target": options.load,
         "definition": options.load_definition,

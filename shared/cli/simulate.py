@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from shared.cli.checks import check_estimates, check_jobs, check_load, check_out, load_model, validation_line
 from shared.cli.common import (
     LOAD_DEFINITION_HELP,
     console,
@@ -71,14 +72,9 @@ def _load(
 
 def _learned(checkpoint: Path) -> tuple[str, PolicyFactory]:
     """The trained prioritizer of ``checkpoint`` as a policy factory (greedy, over its base policy)."""
-    from shared.model import CheckpointError
     from shared.rl.policy import LearnedPolicy
-    from shared.rl.setup import load_trained
 
-    try:
-        net, card, schema = load_trained(checkpoint)
-    except (CheckpointError, OSError, ValueError) as err:
-        raise fail(f"cannot use checkpoint {checkpoint}: {err}") from None
+    net, card, schema = load_model(checkpoint, "--model")
     base = card.training.base_policy
 
     def factory(decides_from: float) -> Policy:
@@ -159,7 +155,7 @@ def _sim_config(
             node_slack=node_slack,
         )
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise fail(validation_line(err)) from None
     return config, placements, warmup
 
 
@@ -216,6 +212,7 @@ def _load_and_describe(
     t0 = time.perf_counter()
     with console.status("loading workload" + (" and predicting runtimes" if predictions else "")):
         work = _load(trace, cluster, jobs, seed, estimates, node_slack, load, load_definition, predictions)
+    check_jobs(work, trace)
     spec = work.spec
     console.print(
         f"[bold]{work.name}[/] on [bold]{spec.name}[/] "
@@ -230,12 +227,14 @@ def _load_and_describe(
 
 def _choose_windows(n: int, split: str, window_size: int, windows: int, seed: int) -> list[Window]:
     """The evaluation windows among the ``n`` jobs: from all of them, or from the last 10%."""
-    _, test = chronological_split(n, 0.9)
-    pool = test if split == "test" else range(0, n)
     try:
+        pool = chronological_split(n, 0.9)[1] if split == "test" else range(0, n)
         return make_windows(pool, window_size, windows, seed=seed)
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise fail(
+            f"{err} (--split {split} of {n:,} jobs): pass a smaller --window-size or fewer --windows, "
+            "or more jobs (--jobs, a longer trace)"
+        ) from None
 
 
 def _run_placements(
@@ -335,7 +334,7 @@ def simulate_command(
         ),
     ] = "best-fit",
     backfill: Annotated[str, typer.Option(help="easy | greedy | none")] = "easy",
-    max_reservations: Annotated[int, typer.Option(help="EASY reservations, 0 = one per pool")] = 0,
+    max_reservations: Annotated[int, typer.Option(help="EASY reservations, 0 = one per pool", min=0)] = 0,
     estimates: Annotated[
         str,
         typer.Option(
@@ -343,16 +342,18 @@ def simulate_command(
             "the online runtime predictor, shared.prediction) | oracle | trace"
         ),
     ] = "noisy",
-    windows: Annotated[int, typer.Option(help="number of evaluation windows")] = 20,
-    window_size: Annotated[int, typer.Option(help="jobs per window")] = 500,
+    windows: Annotated[int, typer.Option(help="number of evaluation windows", min=1)] = 20,
+    window_size: Annotated[int, typer.Option(help="jobs per window", min=1)] = 500,
     warmup: Annotated[
         int | None,
-        typer.Option(help="simulate each window alone after this many warm-up jobs (default: one run)"),
+        typer.Option(
+            help="simulate each window alone after this many warm-up jobs (default: one run)", min=0
+        ),
     ] = None,
     split: Annotated[str, typer.Option(help="windows from: all | test (last 10%, chronological)")] = "all",
-    jobs: Annotated[int, typer.Option(help="jobs of the embedded workload")] = 20_000,
+    jobs: Annotated[int, typer.Option(help="jobs of the embedded workload", min=1)] = 20_000,
     seed: Annotated[int, typer.Option(help="seed for the workload, estimates and window choice")] = 0,
-    node_slack: Annotated[int, typer.Option(help="extra nodes a gang may span")] = 0,
+    node_slack: Annotated[int, typer.Option(help="extra nodes a gang may span", min=0)] = 0,
     load: Annotated[
         float | None,
         typer.Option(
@@ -387,6 +388,9 @@ def simulate_command(
     ] = None,
 ) -> None:
     """Simulate base policies on the same windows and print a policy x metric table with 95% CIs."""
+    check_estimates(estimates, trace)
+    check_load(load)
+    check_out(out)
     plan = _plan(
         policies=policies,
         placement=placement,

@@ -14,6 +14,7 @@ import torch
 import typer
 from rich.markup import escape
 
+from shared.cli.checks import check_estimates, check_jobs, check_load, check_out, validation_line
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
 from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import SamplingConfig
@@ -47,10 +48,10 @@ def train_command(
         str, typer.Option(help="wait | jct | bsld | utilization, or a mix 'wait:0.5,bsld:0.5'")
     ] = "bsld",
     epochs: Annotated[int, typer.Option(help="PPO epochs (one update each)")] = 30,
-    windows_per_epoch: Annotated[int, typer.Option(help="training windows (episodes) per epoch")] = 16,
-    window_size: Annotated[int, typer.Option(help="jobs per window")] = 256,
+    windows_per_epoch: Annotated[int, typer.Option(help="training windows (episodes) per epoch", min=1)] = 16,
+    window_size: Annotated[int, typer.Option(help="jobs per window", min=1)] = 256,
     warmup: Annotated[
-        int | None, typer.Option(help="warm-up jobs before each window (default 256; 0 with --paper)")
+        int | None, typer.Option(help="warm-up jobs before each window (default 256; 0 with --paper)", min=0)
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the model, windows, samples and estimates")] = 0,
     paper: Annotated[
@@ -60,7 +61,7 @@ def train_command(
         ),
     ] = False,
     estimates: Annotated[str, typer.Option(help="noisy | history | predicted | oracle | trace")] = "noisy",
-    workers: Annotated[int, typer.Option(help="processes simulating episodes in parallel")] = 1,
+    workers: Annotated[int, typer.Option(help="processes simulating episodes in parallel", min=1)] = 1,
     sampling: Annotated[
         str, typer.Option(help="feature selection: state (the paper's rule) | fixed")
     ] = "state",
@@ -72,8 +73,8 @@ def train_command(
         ),
     ] = DEFAULT_FEATURE_SET,
     learning_rate: Annotated[float, typer.Option(help="Adam learning rate")] = 3e-4,
-    update_epochs: Annotated[int, typer.Option(help="passes over each epoch's decisions")] = 4,
-    minibatch_size: Annotated[int, typer.Option(help="decisions per minibatch")] = 256,
+    update_epochs: Annotated[int, typer.Option(help="passes over each epoch's decisions", min=1)] = 4,
+    minibatch_size: Annotated[int, typer.Option(help="decisions per minibatch", min=1)] = 256,
     ent_coef: Annotated[float, typer.Option(help="entropy bonus")] = 0.0,
     gamma: Annotated[float, typer.Option(help="discount per decision")] = 1.0,
     gae_lambda: Annotated[float, typer.Option(help="GAE lambda")] = 0.97,
@@ -85,17 +86,19 @@ def train_command(
             "(1 lets PPO move a sharp warm start; see shared/rl/ppo.py)"
         ),
     ] = 0,
-    top_k: Annotated[int, typer.Option(help="picks per action (0: the whole queue)")] = 32,
-    max_queue: Annotated[int, typer.Option(help="queue slots the model orders")] = 256,
+    top_k: Annotated[int, typer.Option(help="picks per action (0: the whole queue)", min=0)] = 32,
+    max_queue: Annotated[int, typer.Option(help="queue slots the model orders", min=1)] = 256,
     validation_windows: Annotated[
-        int, typer.Option(help="greedy validation windows (end of the train part)")
+        int, typer.Option(help="greedy validation windows (end of the train part)", min=0)
     ] = 16,
-    eval_every: Annotated[int, typer.Option(help="validate every this many epochs")] = 1,
+    eval_every: Annotated[int, typer.Option(help="validate every this many epochs", min=1)] = 1,
     test_windows: Annotated[int, typer.Option(help="held-out windows scored for the checkpoint card")] = 20,
     train_fraction: Annotated[
         float, typer.Option(help="chronological split: share of jobs for training")
     ] = 0.9,
-    jobs: Annotated[int, typer.Option(help="jobs of the embedded workload (without --trace)")] = 20_000,
+    jobs: Annotated[
+        int, typer.Option(help="jobs of the embedded workload (without --trace)", min=1)
+    ] = 20_000,
     placement: Annotated[
         str | None,
         typer.Option(help="first-fit | best-fit | cp-sat (default: best-fit; the paper setting's first-fit)"),
@@ -129,6 +132,7 @@ def train_command(
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
     _check_names(base_policy, sampling, feature_set)
+    _check_values(estimates, trace, load, out, train_fraction, learning_rate)
     try:
         spec = RewardSpec.parse(metric)
         cfg = TrainConfig(
@@ -154,7 +158,7 @@ def train_command(
             ),
         )
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise fail(validation_line(err)) from None
     _check_ranges(load, imitation_epochs, imitation_windows, imitate, epochs, placement)
     definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
     setup = RunSetup(
@@ -176,6 +180,7 @@ def train_command(
     # feature set are RunSetup's own reasons: ``RunSetup.needs_predictions``)
     teacher_predictions = imitate is not None and needs_predictions([imitate])
     work, runner = _load_workload(trace, cluster, setup, spec, teacher_predictions)
+    _check_windows(trace, work, cfg)
     run = _Run(trace, cluster, setup, spec, cfg, work, runner, imitation_epochs)
     out.mkdir(parents=True, exist_ok=True)
     result, imitation_info = _train_with_progress(run, imitation_windows, imitate)
@@ -215,6 +220,42 @@ def _check_names(base_policy: str, sampling: str, feature_set: str) -> None:
         raise fail(f"--sampling must be state or fixed, not {sampling!r}")
     if feature_set not in FEATURE_SETS:
         raise fail(f"unknown --feature-set {feature_set!r}; choose from {', '.join(FEATURE_SETS)}")
+
+
+def _check_values(
+    estimates: str,
+    trace: str | None,
+    load: float | None,
+    out: Path,
+    train_fraction: float,
+    learning_rate: float,
+) -> None:
+    """The values no config checks, before the workload loads (a typo should not cost a load)."""
+    check_estimates(estimates, trace)
+    check_load(load)
+    check_out(out)
+    if not 0.0 < train_fraction < 1.0:
+        raise fail(
+            f"--train-fraction {train_fraction:g}: expected a share strictly between 0 and 1 (e.g. 0.9)"
+        )
+    if not learning_rate > 0:
+        raise fail(f"--learning-rate {learning_rate:g}: expected a rate > 0 (e.g. 3e-4)")
+
+
+def _check_windows(trace: str | None, work: PreparedWorkload, cfg: TrainConfig) -> None:
+    """The training part of the loaded workload holds at least one window (``train`` draws them)."""
+    check_jobs(work, trace)
+    n = len(work.bound.jobs)
+    try:
+        fit, _ = split_windows(n, cfg)
+    except ValueError as err:
+        raise fail(f"{err}: pass a smaller --window-size or --validation-windows 0, or more jobs") from None
+    if len(fit) < cfg.window_size:
+        raise fail(
+            f"--window-size {cfg.window_size}: the training part holds {len(fit):,} jobs (--train-fraction "
+            f"{cfg.train_fraction:g} of {n:,}, less the validation windows), fewer than one window; pass a "
+            "smaller --window-size, or more jobs (--jobs, a longer trace)"
+        )
 
 
 def _check_ranges(
