@@ -18,12 +18,14 @@ from shared.cli.deadletters import deadletters_app
 from shared.cli.evaluate import evaluate_command
 from shared.cli.group import HyloGroup
 from shared.cli.help_format import fold_defaults
+from shared.cli.jobs import job_command, jobs_command
 from shared.cli.models import models_app
 from shared.cli.pipeline_checks import checked_run, checked_up
 from shared.cli.report import report_command
 from shared.cli.retrain import retrain_command
 from shared.cli.serve import serve_command
 from shared.cli.simulate import simulate_command
+from shared.cli.status import status_command
 from shared.cli.tokens import tokens_app
 from shared.cli.train import train_command
 
@@ -47,6 +49,9 @@ app.command("evaluate")(evaluate_command)
 app.command("serve")(serve_command)
 app.command("report")(report_command)
 app.command("retrain")(retrain_command)
+app.command("jobs")(jobs_command)
+app.command("job")(job_command)
+app.command("status")(status_command)
 app.add_typer(models_app, name="models")
 app.add_typer(deadletters_app, name="deadletters")
 app.add_typer(tokens_app, name="tokens")
