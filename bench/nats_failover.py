@@ -34,7 +34,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.support.nats_cluster import NatsCluster, nats_cluster  # noqa: E402
+from bench.support.nats_cluster import NatsCluster, nats_cluster, stream_leader  # noqa: E402
 from services.adapter_sim.replay import load_workload, replay  # noqa: E402
 from services.adapter_sim.settings import AdapterSimSettings  # noqa: E402
 from services.adapter_sim.stack import LocalStack  # noqa: E402
@@ -45,16 +45,6 @@ from shared.store.migrate import upgrade_url  # noqa: E402
 
 console = Console()
 ROOT_SUBJECT = "failover"
-
-
-async def _leader(url: str) -> int:
-    nc = await connect(BusSettings(nats_url=url, subject_root=ROOT_SUBJECT))
-    try:
-        info = await nc.jetstream().stream_info(stream_name(Subjects(ROOT_SUBJECT), "placements"))
-        assert info.cluster is not None and info.cluster.leader is not None
-        return int(info.cluster.leader.removeprefix("n"))
-    finally:
-        await nc.close()
 
 
 async def _decisions(url: str) -> list[str]:
@@ -123,7 +113,7 @@ def one_run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 while len(ends) < args.kill_after and not stop.is_set():
                     time.sleep(0.005)
                 if not stop.is_set():
-                    leader = asyncio.run(_leader(cluster.url))
+                    leader = asyncio.run(stream_leader(cluster.url, ROOT_SUBJECT))
                     cluster.kill(leader)
                     killed.append((leader, time.perf_counter()))
 

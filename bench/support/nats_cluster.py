@@ -19,6 +19,8 @@ from pathlib import Path
 
 from services.adapter_sim.stack import free_port, nats_server_binary
 from shared.bus import BusSettings, connect
+from shared.bus.streams import stream_name
+from shared.schemas.subjects import Kind, Subjects
 
 
 @dataclass
@@ -37,6 +39,18 @@ class NatsCluster:
         """SIGKILL one node (no lame-duck mode, no goodbye to its peers)."""
         self.procs[index].send_signal(signal.SIGKILL)
         self.procs[index].wait(10)
+
+
+async def stream_leader(url: str, root: str, kind: Kind = "placements") -> int:
+    """The index of the node that leads ``kind``'s stream of namespace ``root`` (the nodes' server
+    names are ``n<index>``): the node to kill for a failover that forces an election."""
+    nc = await connect(BusSettings(nats_url=url, subject_root=root))
+    try:
+        info = await nc.jetstream().stream_info(stream_name(Subjects(root), kind))
+        assert info.cluster is not None and info.cluster.leader is not None
+        return int(info.cluster.leader.removeprefix("n"))
+    finally:
+        await nc.close()
 
 
 def _config(name: str, port: int, route: int, routes: list[int], store: Path) -> str:

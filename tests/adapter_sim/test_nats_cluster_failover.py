@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.support.nats_cluster import nats_cluster
+from bench.support.nats_cluster import nats_cluster, stream_leader
 from services.adapter_sim.replay import compare_with_base, load_workload, replay, sim_config
 from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.stack import LocalStack
@@ -48,17 +48,6 @@ async def _replicas(url: str) -> dict[str, int]:
             peers = [r for r in (info.cluster.replicas or []) if r.current and not r.offline]
             out[kind] = 1 + len(peers)
         return out
-    finally:
-        await nc.close()
-
-
-async def _placements_leader(url: str) -> int:
-    """The index of the node that leads the placements stream (its server name is ``n<index>``)."""
-    nc = await connect(BusSettings(nats_url=url, subject_root=ROOT))
-    try:
-        info = await nc.jetstream().stream_info(stream_name(Subjects(ROOT), "placements"))
-        assert info.cluster is not None and info.cluster.leader is not None
-        return int(info.cluster.leader.removeprefix("n"))
     finally:
         await nc.close()
 
@@ -124,7 +113,7 @@ def test_a_nats_node_killed_mid_replay_loses_and_duplicates_nothing(
                     time.sleep(0.01)
                 if not stop.is_set():
                     # the leader of the decisions' stream: its loss forces an election mid-run
-                    leader = asyncio.run(_placements_leader(nats.url))
+                    leader = asyncio.run(stream_leader(nats.url, ROOT))
                     nats.kill(leader)
                     killed_at.append(leader)
                     survivors.extend(u for i, u in enumerate(nats.urls) if i != leader)
