@@ -1,7 +1,9 @@
-"""Outage tests run against real NATS and PostgreSQL servers (tests/conftest_services.py); the
-PostgreSQL that goes down is a throwaway one each test starts and stops itself (``pg_outage.py``),
-never the machine's shared server."""
+"""Outage tests run against servers they start themselves, never the machine's shared ones: a private
+nats-server for the session (``tests/security/nats_server.py``), and a throwaway PostgreSQL that each
+test starts and stops itself (``pg_outage.py``); ``postgres_url`` (the machine's or a throwaway
+server, tests/conftest_services.py) only holds the stores that stay up."""
 
-from tests.conftest_services import bus, nats_url, pg_admin_dsn, postgres_url
+from tests.conftest_services import bus, pg_admin_dsn, postgres_url
+from tests.security.nats_server import private_nats_url
 
-__all__ = ["bus", "nats_url", "pg_admin_dsn", "postgres_url"]
+__all__ = ["bus", "pg_admin_dsn", "postgres_url", "private_nats_url"]

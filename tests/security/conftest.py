@@ -14,16 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest_services import _throwaway_postgres, bus, postgres_url
-from tests.security.nats_server import private_nats
+from tests.security.nats_server import private_nats_url
 
-__all__ = ["bus", "nats_url", "pg_admin_dsn", "postgres_url"]
-
-
-@pytest.fixture(scope="session")
-def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private nats-server with JetStream for this session (each xdist worker has its own)."""
-    with private_nats(tmp_path_factory.mktemp("security-nats")) as (url, _):
-        yield url
+__all__ = ["bus", "pg_admin_dsn", "postgres_url", "private_nats_url"]
 
 
 @pytest.fixture(scope="session")

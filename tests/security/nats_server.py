@@ -47,3 +47,11 @@ def private_nats(
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session", name="nats_url")
+def private_nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``nats_url`` for suites that must not touch the machine's server (security, faults, bombs):
+    a private nats-server with JetStream for the session (each xdist worker has its own)."""
+    with private_nats(tmp_path_factory.mktemp("private-nats")) as (url, _):
+        yield url
