@@ -18,12 +18,13 @@ import httpx
 import pytest
 
 from services.adapter_sim.stack import LocalStack
-from shared.bus import BusSettings, Publisher, connect, ensure_streams
+from shared.bus import Publisher, connect, ensure_streams
 from shared.schemas import Limits, PlacementDecision, Subjects, decode
+from tests.conftest_services import bus_settings, drop_streams
 from tests.schemas.message_factories import snapshot
 from tests.service_runtime.runtime_helpers import spec_and_store
 
-ROUNDS = 5
+ROUNDS = 6
 pytestmark = pytest.mark.slow
 
 
@@ -40,11 +41,16 @@ def test_eight_clusters_share_two_replicas_of_every_stage(
     clusters = [f"qg{tag}-{k}" for k in range(8)]
     spec, _ = asyncio.run(spec_and_store(tmp_path, "unused"))
     root = f"qg{tag}"
-    bus = BusSettings(nats_url=nats_url, subject_root=root, storage="memory")
+    bus = bus_settings(nats_url).model_copy(update={"subject_root": root})  # small memory streams
     env = {
         "HYLO_NATS_URL": nats_url,
         "HYLO_SUBJECT_ROOT": root,
         "HYLO_STORAGE": "memory",
+        "HYLO_STREAM_MAX_BYTES": str(bus.stream_max_bytes),
+        "HYLO_DEAD_MAX_BYTES": str(bus.dead_max_bytes),
+        # one message per fetch: a replica cannot take a whole burst in one batch, so with 48
+        # snapshots each replica gets some (the sharing itself is JetStream's, not the test's)
+        "HYLO_FETCH_BATCH": "1",
         "HYLO_DATABASE_URL": postgres_url,
         "HYLO_CLUSTERS": json.dumps({c: str(spec) for c in clusters}),
         "HYLO_LOG_LEVEL": "WARNING",
@@ -74,9 +80,10 @@ def test_eight_clusters_share_two_replicas_of_every_stage(
                 for i in range(ROUNDS):  # one snapshot in flight per cluster, as an adapter does
                     corr = f"{cluster}-{i}"
                     sent[corr] = cluster
-                    waiting[corr] = asyncio.get_running_loop().create_future()
+                    # held here: the decision may arrive (and leave ``waiting``) before the wait starts
+                    answered = waiting[corr] = asyncio.get_running_loop().create_future()
                     await publisher.publish(snapshot(cluster=cluster, correlation_id=corr, sequence=i + 1))
-                    await asyncio.wait_for(waiting[corr], 60)
+                    await asyncio.wait_for(answered, 60)
 
             await asyncio.gather(*(cluster_loop(c) for c in clusters))
             await asyncio.sleep(0.5)  # a duplicate would arrive now
@@ -100,6 +107,7 @@ def test_eight_clusters_share_two_replicas_of_every_stage(
             }
     finally:
         stack.stop()
+        drop_streams(nats_url, root)
 
     assert len(sent) == 8 * ROUNDS
     assert sorted(d.correlation_id for d in got) == sorted(sent), "each snapshot gets one decision"
