@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from shared.config import HyloBaseSettings
+from shared.store.urls import DatabaseUrlError, database_url
 
 
 class StoreSettings(HyloBaseSettings):
@@ -25,12 +26,25 @@ class StoreSettings(HyloBaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")
 
-    database_url: str = Field(default="sqlite+aiosqlite:///hylo.db", description="SQLAlchemy async URL")
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///hylo.db",
+        description="a SQLite file path or a SQLAlchemy URL (sync drivers are mapped to aiosqlite/asyncpg)",
+    )
     database_echo: bool = Field(default=False, description="log every SQL statement")
     database_password_file: Path | None = Field(
         default=None,
         description="file holding the database password (a mounted secret), put into database_url",
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_url(cls, value: str) -> str:
+        """A plain file path or a synchronous driver's URL, as the async URL the store opens (the
+        same reading as every ``--database`` option: ``shared.store.urls``)."""
+        try:
+            return database_url(value)
+        except DatabaseUrlError as err:
+            raise ValueError(f"HYLO_DATABASE_URL: {err}") from None
 
     @model_validator(mode="after")
     def _password_from_file(self) -> StoreSettings:
