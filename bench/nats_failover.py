@@ -38,7 +38,7 @@ from bench.support.nats_cluster import NatsCluster, nats_cluster, stream_leader 
 from services.adapter_sim.replay import load_workload, replay  # noqa: E402
 from services.adapter_sim.settings import AdapterSimSettings  # noqa: E402
 from services.adapter_sim.stack import LocalStack  # noqa: E402
-from shared.bus import BusSettings, connect, ensure_streams  # noqa: E402
+from shared.bus import BusSettings, connect, create_streams  # noqa: E402
 from shared.bus.streams import stream_name  # noqa: E402
 from shared.schemas import Limits, PlacementDecision, Subjects, decode  # noqa: E402
 from shared.store.migrate import upgrade_url  # noqa: E402
@@ -71,15 +71,7 @@ def one_run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         bus = BusSettings(
             nats_url=nats.url, subject_root=ROOT_SUBJECT, stream_replicas=3, nats_reconnect_wait_s=0.5
         )
-
-        async def streams() -> None:
-            nc = await connect(bus)
-            try:
-                await ensure_streams(nc.jetstream(), Subjects(ROOT_SUBJECT), bus)
-            finally:
-                await nc.close()
-
-        asyncio.run(streams())
+        asyncio.run(create_streams(bus))
         db = f"sqlite+aiosqlite:///{folder / 'store.db'}"
         upgrade_url(db)
         settings = AdapterSimSettings(

@@ -9,7 +9,7 @@ from shared.bus.connection import connect
 from shared.bus.consumer import Consumer, ConsumerStats, Delivery, Handler
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher, PublishResult
 from shared.bus.settings import BusSettings
-from shared.bus.streams import StreamPlan, ensure_streams, stream_name, stream_plans
+from shared.bus.streams import StreamPlan, create_streams, ensure_streams, stream_name, stream_plans
 from shared.bus.tracing import extract_context, inject_headers
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Publisher",
     "StreamPlan",
     "connect",
+    "create_streams",
     "ensure_streams",
     "extract_context",
     "inject_headers",

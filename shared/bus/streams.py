@@ -28,6 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
+from shared.bus.connection import connect
 from shared.bus.settings import BusSettings
 from shared.schemas.subjects import KINDS, Kind, Subjects
 
@@ -156,6 +157,18 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, settings: Bus
             ) from err
         names.append(name)
     return names
+
+
+async def create_streams(settings: BusSettings) -> list[str]:
+    """Connect with ``settings``, ``ensure_streams`` of its subject root, disconnect.
+
+    Why a helper: the admin's set-up (``hylo bus init``, ``hylo run`` before its services start)
+    and the benches and tests that start their own servers all need exactly this, once."""
+    client = await connect(settings)
+    try:
+        return await ensure_streams(client.jetstream(), Subjects(settings.subject_root), settings)
+    finally:
+        await client.close()
 
 
 def _insufficient(err: APIError) -> bool:

@@ -17,11 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from shared.bus.certificates import DEFAULT_HOSTS
-from shared.bus.connection import connect
 from shared.bus.credentials import write_credentials
 from shared.bus.identity import Identity, IdentityError, standard_identities
 from shared.bus.settings import BusSettings
-from shared.bus.streams import ensure_streams
+from shared.bus.streams import create_streams
 from shared.bus.tls import BusConfigError
 from shared.cli.common import console, fail
 from shared.schemas.subjects import SubjectError, Subjects
@@ -117,16 +116,8 @@ def init_command(
     if subject_root is not None:
         updates["subject_root"] = subject_root
     settings = BusSettings().model_copy(update=updates)
-
-    async def init() -> list[str]:
-        client = await connect(settings)
-        try:
-            return await ensure_streams(client.jetstream(), Subjects(settings.subject_root), settings)
-        finally:
-            await client.close()
-
     try:
-        names = asyncio.run(init())
+        names = asyncio.run(create_streams(settings))
     except (BusConfigError, SubjectError) as err:
         raise fail(str(err)) from None
     except Exception as err:

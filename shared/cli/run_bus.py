@@ -14,11 +14,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.bus.connection import connect
 from shared.bus.credentials import CredentialSet, load_credentials, write_credentials
 from shared.bus.identity import standard_identities
 from shared.bus.settings import BusSettings
-from shared.bus.streams import ensure_streams
+from shared.bus.streams import create_streams
 from shared.schemas.subjects import Subjects
 
 
@@ -47,16 +46,7 @@ class RunBus:
 
     def init_streams(self) -> None:
         """Create the streams as the admin (the services' identities may not)."""
-
-        async def init() -> None:
-            settings = self.admin()
-            client = await connect(settings)
-            try:
-                await ensure_streams(client.jetstream(), Subjects(settings.subject_root), settings)
-            finally:
-                await client.close()
-
-        asyncio.run(init())
+        asyncio.run(create_streams(self.admin()))
 
 
 def throwaway_credentials(folder: Path, cluster: str, subject_root: str) -> CredentialSet:

@@ -23,7 +23,7 @@ from bench.support.nats_cluster import nats_cluster, stream_leader
 from services.adapter_sim.replay import compare_with_base, load_workload, replay, sim_config
 from services.adapter_sim.settings import AdapterSimSettings
 from services.adapter_sim.stack import LocalStack
-from shared.bus import BusSettings, connect, ensure_streams
+from shared.bus import BusSettings, connect, create_streams
 from shared.bus.streams import stream_name
 from shared.schemas import Subjects
 from shared.store import create_engine, upgrade
@@ -63,15 +63,7 @@ def test_a_nats_node_killed_mid_replay_loses_and_duplicates_nothing(
     asyncio.run(migrate())
     with nats_cluster(tmp_path) as nats:
         bus = BusSettings(nats_url=nats.url, subject_root=ROOT, stream_replicas=3, nats_reconnect_wait_s=0.5)
-
-        async def create_streams() -> None:
-            nc = await connect(bus)
-            try:
-                await ensure_streams(nc.jetstream(), Subjects(ROOT), bus)
-            finally:
-                await nc.close()
-
-        asyncio.run(create_streams())
+        asyncio.run(create_streams(bus))
         assert asyncio.run(_replicas(nats.url)) == {"placements": 3, "outcomes": 3, "features": 3}
         env = {
             "HYLO_NATS_URL": nats.url,

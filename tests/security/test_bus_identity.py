@@ -21,7 +21,7 @@ from shared.bus.connection import PlaintextRefused, connect
 from shared.bus.credentials import CredentialSet, load_credentials, new_seed, write_credentials
 from shared.bus.identity import Identity, permissions, standard_identities
 from shared.bus.settings import BusSettings
-from shared.bus.streams import StreamsMissing, ensure_streams, stream_name
+from shared.bus.streams import StreamsMissing, create_streams, ensure_streams, stream_name
 from shared.bus.tls import BusConfigError
 from shared.schemas.subjects import KINDS, Subjects
 from tests.security.nats_server import private_nats
@@ -59,12 +59,7 @@ def _as(url: str, creds: CredentialSet, name: str) -> BusSettings:
 
 
 async def _init(url: str, creds: CredentialSet) -> None:
-    admin = _as(url, creds, "admin")
-    nc = await connect(admin)
-    try:
-        await ensure_streams(nc.jetstream(), SUBJECTS, admin)
-    finally:
-        await nc.close()
+    await create_streams(_as(url, creds, "admin"))
 
 
 async def _count(nc: Client, kind: str) -> int:
