@@ -43,7 +43,7 @@ from shared.bus.publisher import Publisher
 from shared.registry import Registry
 from shared.retrain import DriftResult, latest_submit, queue_drift
 from shared.service import ServiceContext, ServiceDefinition, Wiring
-from shared.service.api_auth import ApiGuard, ApiSecuritySettings, api_guard
+from shared.service.api_auth import ApiGuard
 from shared.store import upgrade
 
 log = logging.getLogger("hylo.trainer")
@@ -244,8 +244,6 @@ def trainer_router(trainer: Trainer, guard: ApiGuard) -> APIRouter:
 
 async def build(ctx: ServiceContext) -> Wiring:
     settings = TrainerSettings()
-    # refuse to start before anything runs: an admin route open to the network is worse than no trainer
-    guard = api_guard(ApiSecuritySettings(), ctx.settings.http_host, "the trainer")
     assert ctx.engine is not None  # needs_store
     await upgrade(ctx.engine)
     cluster, spec_arg = choose_cluster(settings, ctx.settings.clusters)
@@ -275,7 +273,8 @@ async def build(ctx: ServiceContext) -> Wiring:
     if settings.drift_check_s > 0:
         loops.append(asyncio.create_task(trainer.drift_loop(), name="trainer-drift"))
 
-    router = trainer_router(trainer, guard)
+    # the runtime's guard: it refused to start before anything connected if the API would be open
+    router = trainer_router(trainer, ctx.guard)
 
     async def on_stop() -> None:
         for task in loops:

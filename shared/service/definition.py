@@ -23,6 +23,7 @@ from shared.bus.settings import BusSettings
 from shared.domain.cluster import ClusterSpec
 from shared.schemas.base import Message
 from shared.schemas.subjects import Kind, Subjects
+from shared.service.api_auth import ApiGuard
 from shared.service.metrics import ServiceMetrics
 from shared.service.settings import ServiceSettings
 from shared.store.settings import StoreSettings
@@ -81,6 +82,9 @@ class ServiceContext:
     engine: AsyncEngine | None
     metrics: ServiceMetrics
     specs: dict[str, ClusterSpec]
+    #: tokens and rate limits of the service's HTTP routes, built by the runtime before anything
+    #: connects (``shared.service.api_auth``); a router that guards each route itself uses this one
+    guard: ApiGuard
 
 
 Readiness = Callable[[], Awaitable[str | None]]

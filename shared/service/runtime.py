@@ -108,7 +108,7 @@ class ServiceRuntime:
     async def start(self) -> None:
         """Load specs, connect the bus (and database), create streams, bind every route."""
         # an HTTP API open to the network refuses to start before anything else happens
-        self.guard = api_guard(ApiSecuritySettings(), self.settings.http_host, f"the {self.name}")
+        guard = self.guard = api_guard(ApiSecuritySettings(), self.settings.http_host, f"the {self.name}")
         specs = load_specs(self.settings.clusters)
         self.nc = await connect(self.bus)
         js = self.nc.jetstream()
@@ -132,6 +132,7 @@ class ServiceRuntime:
             engine=self.engine,
             metrics=self.metrics,
             specs=specs,
+            guard=guard,
         )
         self.wiring = await self.definition.build(ctx)
         for route in self.wiring.routes:
