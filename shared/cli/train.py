@@ -1,4 +1,9 @@
-"""``hylo train``: train the learned prioritizer with PPO against a base policy on a trace."""
+"""``hylo train``: train the learned prioritizer with PPO against a base policy on a trace.
+
+A run writes into a folder of its own and never over another run's (``shared/cli/train_folder.py``),
+keeps a checkpoint and its training state as it goes and on Ctrl-C (``train_checkpoint.py``), and
+``--resume FOLDER`` continues it from the folder's settings and state (``docs/trainer.md``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import csv
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,21 +18,26 @@ import torch
 import typer
 from rich.markup import escape
 
-from shared.cli.checks import check_estimates, check_jobs, check_load, check_out, validation_line
+from shared.cli.checks import check_estimates, check_jobs, check_load, validation_line
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.cli.train_checkpoint import EpochSaver, TrainRun, stop_interrupted, write_checkpoint
+from shared.cli.train_folder import DEFAULT_ROOT, RunPlan, check_folder, open_run_folder, plan_run
+from shared.cli.train_options import TrainOptions
 from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import SamplingConfig
 from shared.features.catalog import DEFAULT_FEATURE_SET, FEATURE_SETS
 from shared.metrics import Window, chronological_split, make_windows
-from shared.model import ModelConfig, save_checkpoint
+from shared.model import ModelConfig
 from shared.policies import POLICY_NAMES, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric, mean_reward
 from shared.rl.plots import training_curve
 from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
-from shared.rl.setup import RunSetup, load_runner, make_card
-from shared.rl.trainer import TrainConfig, TrainResult, split_windows, train
+from shared.rl.run_log import SCALARS_FILE, TENSORBOARD_DIR, ScalarLog
+from shared.rl.setup import RunSetup, load_runner
+from shared.rl.train_state import STATE_FILE, TrainingInterrupted, TrainState
+from shared.rl.trainer import TrainConfig, TrainResult, continues, split_windows, train
 from shared.sim.evaluate import PreparedWorkload
 
 
@@ -37,6 +46,7 @@ def _clean(value: float) -> float | None:
 
 
 def train_command(
+    ctx: typer.Context,
     trace: Annotated[
         str | None, typer.Option(help="trace name or path (default: the embedded workload)")
     ] = None,
@@ -126,79 +136,153 @@ def train_command(
         ),
     ] = None,
     out: Annotated[
-        Path, typer.Option(help="output folder: checkpoint/, train_log.csv/json, training_curve.png")
-    ] = Path("hylo-out/train"),
+        Path | None,
+        typer.Option(
+            help=f"output folder: checkpoint/, train_log.csv/json, training_curve.png, run.json, "
+            f"{STATE_FILE}, {SCALARS_FILE}, {TENSORBOARD_DIR}/ (default: a new folder "
+            f"{DEFAULT_ROOT}/<trace>-<metric>-<UTC time>); refused if it holds files, unless --force"
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="write into an --out that holds files, replacing a run's files there"),
+    ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="continue the run saved in this folder, with its settings (only --epochs, --workers, "
+            "--max-minutes and --test-windows may be given anew)"
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        int,
+        typer.Option(
+            help="save the training state and a checkpoint every N epochs (0: only at the end and on Ctrl-C)",
+            min=0,
+        ),
+    ] = 5,
 ) -> None:
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
-    _check_names(base_policy, sampling, feature_set)
-    _check_values(estimates, trace, load, out, train_fraction, learning_rate)
+    _run(plan_run(ctx))
+
+
+def _run(plan: RunPlan) -> None:
+    """Check the options, load the workload, then train in the run's folder."""
+    o = plan.options
+    _check_names(o.base_policy, o.sampling, o.feature_set)
+    _check_values(o.estimates, o.trace, o.load, o.train_fraction, o.learning_rate)
     try:
-        spec = RewardSpec.parse(metric)
-        cfg = TrainConfig(
-            epochs=epochs,
-            windows_per_epoch=windows_per_epoch,
-            window_size=window_size,
-            seed=seed,
-            workers=workers,
-            validation_windows=validation_windows,
-            eval_every=eval_every,
-            train_fraction=train_fraction,
-            max_minutes=max_minutes,
-            model=_model_config(feature_set, max_queue, top_k),
-            ppo=PPOConfig(
-                learning_rate=learning_rate,
-                update_epochs=update_epochs,
-                minibatch_size=minibatch_size,
-                ent_coef=ent_coef,
-                gamma=gamma,
-                gae_lambda=gae_lambda,
-                target_kl=target_kl or None,
-                kl_min_epochs=kl_min_epochs,
-            ),
-        )
+        spec = RewardSpec.parse(o.metric)
+        cfg = _train_config(o)
     except ValueError as err:
         raise fail(validation_line(err)) from None
-    _check_ranges(load, imitation_epochs, imitation_windows, imitate, epochs, placement)
-    definition = load_definition_option(load_definition, DEFAULT_LOAD_DEFINITION)
+    _check_ranges(o.load, o.imitation_epochs, o.imitation_windows, o.imitate, o.epochs, o.placement)
+    definition = load_definition_option(o.load_definition, DEFAULT_LOAD_DEFINITION)
+    check_folder(plan)
     setup = RunSetup(
-        base_policy,
-        metric,
-        paper,
-        estimates,
-        warmup,
-        sampling,
-        seed,
-        jobs,
-        load,
-        placement,
+        o.base_policy,
+        o.metric,
+        o.paper,
+        o.estimates,
+        o.warmup,
+        o.sampling,
+        o.seed,
+        o.jobs,
+        o.load,
+        o.placement,
         definition,
-        feature_set=feature_set,
+        feature_set=o.feature_set,
     )
+    meta = _resumed_meta(plan, cfg)
     t0 = time.perf_counter()
     # a teacher that orders by the runtime predictions needs them too (the base policy and the
     # feature set are RunSetup's own reasons: ``RunSetup.needs_predictions``)
-    teacher_predictions = imitate is not None and needs_predictions([imitate])
-    work, runner = _load_workload(trace, cluster, setup, spec, teacher_predictions)
-    _check_windows(trace, work, cfg)
-    run = _Run(trace, cluster, setup, spec, cfg, work, runner, imitation_epochs)
-    out.mkdir(parents=True, exist_ok=True)
-    result, imitation_info = _train_with_progress(run, imitation_windows, imitate)
-    _write_outputs(run, result, imitation_info, out, test_windows, t0)
+    teacher_predictions = o.imitate is not None and needs_predictions([o.imitate])
+    work, runner = _load_workload(o.trace, o.cluster, setup, spec, teacher_predictions)
+    _check_windows(o.trace, work, cfg)
+    run = TrainRun(o.trace, o.cluster, setup, spec, cfg, work, runner, o.imitation_epochs)
+    out = open_run_folder(plan)
+    _train_in_folder(run, plan, out, meta, t0)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One training run as asked and set up: what the checkpoint card and the log record."""
+def _train_config(o: TrainOptions) -> TrainConfig:
+    """The trainer's config from the options (a ``ValueError`` names a bad value)."""
+    return TrainConfig(
+        epochs=o.epochs,
+        windows_per_epoch=o.windows_per_epoch,
+        window_size=o.window_size,
+        seed=o.seed,
+        workers=o.workers,
+        validation_windows=o.validation_windows,
+        eval_every=o.eval_every,
+        train_fraction=o.train_fraction,
+        max_minutes=o.max_minutes,
+        model=_model_config(o.feature_set, o.max_queue, o.top_k),
+        ppo=PPOConfig(
+            learning_rate=o.learning_rate,
+            update_epochs=o.update_epochs,
+            minibatch_size=o.minibatch_size,
+            ent_coef=o.ent_coef,
+            gamma=o.gamma,
+            gae_lambda=o.gae_lambda,
+            target_kl=o.target_kl or None,
+            kl_min_epochs=o.kl_min_epochs,
+        ),
+    )
 
-    trace: str | None  # --trace as given (None: the embedded workload)
-    cluster: str | None  # --cluster as given (the cluster used is work.spec.name)
-    setup: RunSetup
-    spec: RewardSpec
-    cfg: TrainConfig
-    work: PreparedWorkload
-    runner: EpisodeRunner
-    imitation_epochs: int
+
+def _resumed_meta(plan: RunPlan, cfg: TrainConfig) -> dict[str, Any]:
+    """What the saved state carries besides the trainer's own (the warm start's record, the
+    epochs the run resumed at); resuming a run that has nothing left to do is refused here."""
+    state = plan.state
+    if state is None:
+        return {"resumed_at": [0]} if plan.resuming else {}
+    meta = dict(state.meta)
+    _charge_warm_start(cfg, meta.get("imitation"))
+    if state.finished and not continues(state, cfg):
+        raise fail(
+            f"--resume {plan.out}: the run finished after epoch {state.epoch} of {cfg.epochs}; to train "
+            f"it further pass --epochs above {state.epoch} (and a larger --max-minutes if it stopped on "
+            "time), or evaluate it: hylo evaluate --checkpoint "
+            f"{plan.out / 'checkpoint' if plan.out else 'checkpoint'}"
+        )
+    meta["resumed_at"] = [*meta.get("resumed_at", []), state.epoch]
+    return meta
+
+
+def _charge_warm_start(cfg: TrainConfig, imitation_info: dict[str, Any] | None) -> None:
+    """--max-minutes bounds the whole training, the warm start included."""
+    if cfg.max_minutes is not None and imitation_info is not None:
+        cfg.max_minutes = max(cfg.max_minutes - imitation_info["seconds"] / 60, 0.0)
+
+
+def _train_in_folder(run: TrainRun, plan: RunPlan, out: Path, meta: dict[str, Any], t0: float) -> None:
+    """Train, saving as it goes; write the outputs; on Ctrl-C save the last epoch and exit 130."""
+    state = plan.state
+    log = ScalarLog(out, state.history if state is not None else ())
+    saver = EpochSaver(run, out, plan.checkpoint_every, log, meta)
+    saver.latest = state  # what Ctrl-C keeps until an epoch ends
+    where = "resuming" if plan.resuming else "run folder"
+    tb = (
+        f"tensorboard --logdir {out / TENSORBOARD_DIR}"
+        if log.writer
+        else "no TensorBoard: pip install -e '.[tensorboard]'"
+    )
+    at = f" at epoch {state.epoch} of {run.cfg.epochs}" if state is not None else ""
+    console.print(f"{where}{at}: {out} (scalars per epoch: {out / SCALARS_FILE}; {tb})", highlight=False)
+    try:
+        result = _train_with_progress(run, plan.options, state, saver)
+        assert result.state is not None  # train keeps the last epoch's state
+        saver.latest = result.state
+        saver.save_state(result.state)
+        _write_outputs(run, result, saver, out, plan.options.test_windows, t0)
+        saver.save_state(result.state, finished=True)
+    except KeyboardInterrupt as stop:
+        last = stop.state if isinstance(stop, TrainingInterrupted) and stop.state else saver.latest
+        raise stop_interrupted(saver, last, out) from None
+    finally:
+        log.close()
 
 
 def _model_config(feature_set: str, max_queue: int, top_k: int) -> ModelConfig:
@@ -226,14 +310,13 @@ def _check_values(
     estimates: str,
     trace: str | None,
     load: float | None,
-    out: Path,
     train_fraction: float,
     learning_rate: float,
 ) -> None:
-    """The values no config checks, before the workload loads (a typo should not cost a load)."""
+    """The values no config checks, before the workload loads (a typo should not cost a load;
+    ``--out`` and ``--resume`` are checked before these, ``shared/cli/train_folder.py``)."""
     check_estimates(estimates, trace)
     check_load(load)
-    check_out(out)
     if not 0.0 < train_fraction < 1.0:
         raise fail(
             f"--train-fraction {train_fraction:g}: expected a share strictly between 0 and 1 (e.g. 0.9)"
@@ -305,13 +388,14 @@ def _load_workload(
 
 
 def _train_with_progress(
-    run: _Run, imitation_windows: int, imitate: str | None
-) -> tuple[TrainResult, dict[str, Any] | None]:
-    """The warm start (when asked) and PPO, under a progress bar with a line per epoch."""
+    run: TrainRun, o: TrainOptions, resume: TrainState | None, saver: EpochSaver
+) -> TrainResult:
+    """The warm start (when asked, and not resuming) and PPO, under a progress bar with a line per
+    epoch; ``saver`` sees every epoch's state."""
     cfg, base_policy, primary = run.cfg, run.setup.base_policy, run.spec.metrics[0]
     progress = progress_bar()
     with progress:
-        task = progress.add_task("epochs", total=cfg.epochs)
+        task = progress.add_task("epochs", total=cfg.epochs, completed=resume.epoch if resume else 0)
 
         def report(row: dict[str, float]) -> None:
             progress.update(task, completed=int(row["epoch"]))
@@ -326,22 +410,20 @@ def _train_with_progress(
                 )
 
         initial_state: dict[str, torch.Tensor] | None = None
-        imitation_info: dict[str, Any] | None = None
-        if run.imitation_epochs > 0:
-            initial_state, imitation_info = _imitation_warm_start(
-                run.runner, cfg, run.imitation_epochs, imitation_windows, imitate
+        if run.imitation_epochs > 0 and resume is None:
+            initial_state, saver.meta["imitation"] = _imitation_warm_start(
+                run.runner, cfg, run.imitation_epochs, o.imitation_windows, o.imitate
             )
-            if cfg.max_minutes is not None:
-                # --max-minutes bounds the whole training, the warm start included.
-                cfg.max_minutes = max(cfg.max_minutes - imitation_info["seconds"] / 60, 0.0)
-        result = train(run.runner, cfg, progress=report, initial_state=initial_state)
-    return result, imitation_info
+            _charge_warm_start(cfg, saver.imitation_info)
+        return train(
+            run.runner, cfg, progress=report, initial_state=initial_state, resume=resume, on_epoch=saver
+        )
 
 
 def _write_outputs(
-    run: _Run,
+    run: TrainRun,
     result: TrainResult,
-    imitation_info: dict[str, Any] | None,
+    saver: EpochSaver,
     out: Path,
     test_windows: int,
     t0: float,
@@ -355,13 +437,13 @@ def _write_outputs(
         writer.writerows(result.history)
     curve = training_curve(result.history, out / "training_curve.png", primary, base_policy)
     held_out = _score_held_out(run, result, test_windows)
-    _save_checkpoint(run, result, held_out, imitation_info, out)
-    log = _train_log(run, result, held_out, imitation_info, time.perf_counter() - t0)
+    write_checkpoint(run, result, held_out, saver.imitation_info, out, "final")
+    log = _train_log(run, result, held_out, saver.meta, time.perf_counter() - t0)
     (out / "train_log.json").write_text(json.dumps(log, indent=2))
     console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")
 
 
-def _score_held_out(run: _Run, result: TrainResult, test_windows: int) -> dict[str, Any]:
+def _score_held_out(run: TrainRun, result: TrainResult, test_windows: int) -> dict[str, Any]:
     """The best model's greedy score on windows of the test part, beside the base policy's (the card's)."""
     cfg, runner, base_policy = run.cfg, run.runner, run.setup.base_policy
     windows: list[Window] = []
@@ -387,51 +469,15 @@ def _score_held_out(run: _Run, result: TrainResult, test_windows: int) -> dict[s
     return held_out
 
 
-def _save_checkpoint(
-    run: _Run,
-    result: TrainResult,
-    held_out: dict[str, Any],
-    imitation_info: dict[str, Any] | None,
-    out: Path,
-) -> None:
-    """The best model with its card, under ``out/checkpoint``."""
-    cfg = run.cfg
-    card = make_card(
-        result.best_model,
-        run.runner,
-        trace=run.trace or "embedded",
-        cluster=run.work.spec.name,
-        seed=cfg.seed,
-        epochs=int(result.history[-1]["epoch"]),
-        held_out=held_out,
-        extra={
-            "best_epoch": result.best_epoch,
-            "train_range": [result.train_range.start, result.train_range.stop],
-            "window_size": cfg.window_size,
-            "train_fraction": cfg.train_fraction,
-            "jobs": run.setup.n_jobs,
-            "load": run.setup.target_load,
-            "load_definition": run.setup.load_definition,  # what "load" means (shared.domain.load)
-            "estimates": run.setup.estimates,  # what hylo evaluate uses unless told otherwise
-            "placement": run.runner.settings.config.placement,
-            "cluster_arg": run.cluster,
-            "ppo": cfg.ppo.model_dump(mode="json"),
-            "wall_seconds": result.wall_seconds,
-            "imitation_epochs": run.imitation_epochs,
-            "imitation": imitation_info,
-        },
-    )
-    save_checkpoint(out / "checkpoint", result.best_model, card)
-
-
 def _train_log(
-    run: _Run,
+    run: TrainRun,
     result: TrainResult,
     held_out: dict[str, Any],
-    imitation_info: dict[str, Any] | None,
+    meta: dict[str, Any],
     wall_seconds: float,
 ) -> dict[str, Any]:
-    """``train_log.json``: the run's setup, every epoch's row, the best epoch and the held-out score."""
+    """``train_log.json``: the run's setup, every epoch's row, the best epoch and the held-out score
+    (``wall_seconds``: this command's; ``training_seconds``: the training's, over every session)."""
     cfg, s = run.cfg, run.runner.settings
     return {
         "setup": {
@@ -456,12 +502,14 @@ def _train_log(
             "ppo": cfg.ppo.model_dump(mode="json"),
             "model": cfg.model.model_dump(mode="json"),
             "imitation_epochs": run.imitation_epochs,
-            "imitation": imitation_info,
+            "imitation": meta.get("imitation"),
         },
         "history": [{k: _clean(v) for k, v in row.items()} for row in result.history],
         "best_epoch": result.best_epoch,
         "held_out": held_out,
         "wall_seconds": wall_seconds,
+        "training_seconds": result.wall_seconds,
+        "resumed_at_epochs": meta.get("resumed_at", []),
     }
 
 
