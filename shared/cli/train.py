@@ -270,7 +270,8 @@ def _train_in_folder(run: TrainRun, plan: RunPlan, out: Path, meta: dict[str, An
         else "no TensorBoard: pip install -e '.[tensorboard]'"
     )
     at = f" at epoch {state.epoch} of {run.cfg.epochs}" if state is not None else ""
-    console.print(f"{where}{at}: {out} (scalars per epoch: {out / SCALARS_FILE}; {tb})", highlight=False)
+    line = f"{where}{at}: {out} (scalars per epoch: {out / SCALARS_FILE}; {tb})"
+    console.print(escape(line), highlight=False)  # escaped: '.[tensorboard]' is not markup
     try:
         result = _train_with_progress(run, plan.options, state, saver)
         assert result.state is not None  # train keeps the last epoch's state

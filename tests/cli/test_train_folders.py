@@ -5,6 +5,7 @@ finishes the run from its folder, the same run an uninterrupted one would have b
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -162,6 +163,8 @@ def test_ctrl_c_saves_a_checkpoint_that_evaluates_and_resume_finishes_the_run(
     resumed = runner.invoke(app, ["train", "--resume", str(out)])
     assert resumed.exit_code == 0, resumed.output
     assert "resuming at epoch 3 of 5" in resumed.output
+    if importlib.util.find_spec("tensorboard") is None:  # the hint names the extra in full
+        assert "pip install -e '.[tensorboard]'" in resumed.output
     log = json.loads((out / "train_log.json").read_text())
     assert [row["epoch"] for row in log["history"]] == [0, 1, 2, 3, 4, 5]
     assert log["resumed_at_epochs"] == [3]
