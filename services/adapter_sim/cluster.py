@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -107,6 +108,8 @@ class SimulatedCluster:
         self.event_starts: dict[int, Alloc] = {}
         self.started_under: dict[int, str] = {}
         self.start_s: dict[int, float] = {}
+        #: where each running job really runs (reported with its outcome)
+        self.ran_on: dict[int, Alloc] = {}
         self.pending_outcomes: list[JobOutcome] = []
         self.finished = 0
         self.handed_back = False
@@ -139,11 +142,22 @@ class SimulatedCluster:
                     start_s=self.start_s.pop(j),
                     end_s=when,
                     gpus=int(jobs.gpus[j]),
+                    **self._where(self.ran_on.pop(j)),
                 )
             )
             self.finished += 1
             if self.progress is not None:
                 self.progress(self.finished, len(jobs), when)
+
+    def _where(self, a: Alloc) -> dict[str, Any]:
+        """Where a job ran, as its outcome reports it: the nodes of its allocation (whatever decided
+        it: a decision, or the cluster's own cycle), the whole GPUs on each, the group's GPU type."""
+        names = self.builder.names[a.group]
+        return {
+            "nodes": tuple(names[i] for i in a.nodes),
+            "node_gpus": tuple(a.whole),
+            "gpu_type": self.workload.spec.node_groups[a.group].gpu_type,
+        }
 
     def _now(self) -> ClusterView:
         if self.view is None:
@@ -172,6 +186,7 @@ class SimulatedCluster:
             self.started_under[j] = correlation_id
             self.start_s[j] = now
             self.event_starts[j] = a
+            self.ran_on[j] = a
 
     # -- the contract --------------------------------------------------------------------------
 

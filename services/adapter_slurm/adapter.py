@@ -157,12 +157,21 @@ class SlurmAdapter:
             raise SlurmCommandError(
                 "squeue/sinfo -> QueueSnapshot", " ".join(str(err).split())[:500]
             ) from None
-        outcomes = self.tracker.update(queue.jobs, now, correlation_id)
+        outcomes = self.tracker.update(queue.jobs, now, correlation_id, self._node_types(nodes))
         self.jobs = {j.job_id: j for j in queue.jobs}
         self.sent = {}
         self.written = reconcile(self.written, self.jobs)
         self.last_snapshot = snapshot
         return PollResult(snapshot, outcomes, queue.layout, time.monotonic() - started)
+
+    def _node_types(self, nodes: SlurmNodes) -> dict[str, str]:
+        """Node name -> the GPU type of its spec group (what a finished job's outcome reports)."""
+        out: dict[str, str] = {}
+        for node in nodes.nodes:
+            group = self.resolver.group_of(node)
+            if group is not None:
+                out[node.name] = group.gpu_type
+        return out
 
     def _snapshot(
         self, queue: SlurmQueue, nodes: SlurmNodes, now: float, correlation_id: str

@@ -12,6 +12,12 @@ Accounting lags the controller: slurmdbd may still list a job that left squeue a
 job is kept and looked up again at the next polls (up to ``ACCOUNTING_LAG_POLLS``, then the
 transition rule applies), instead of being dropped without an outcome.
 
+Where the job ran: its nodes from squeue (a finished job's ``nodes``) or from sacct's ``NodeList``
+(expanded), the GPU type of their node groups (``node_types``, from the last sinfo), and, for a job
+on one node, its GPUs there; the outcome carries them (schema version 7) and the store keeps them
+beside the times, since the decision's nodes were only advice (Slurm places the job). A host list
+that cannot be read leaves the nodes unknown rather than losing the outcome.
+
 Why remember submit times: sacct -c prints the start time as "Submit" (the completion file has no
 submit column it reads); the adapter saw the job waiting and knows better.
 
@@ -24,8 +30,9 @@ once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from services.adapter_slurm import values as v
 from services.adapter_slurm.commands import CommandRunner, SlurmCommandError, validate_job_id
@@ -52,6 +59,8 @@ class Finished:
     start_s: float | None
     end_s: float | None
     ran: bool
+    #: the nodes it ran on, expanded (empty: not known)
+    nodes: tuple[str, ...] = ()
 
 
 def sacct_argv(job_ids: Sequence[str], *, completion_file: bool) -> list[str]:
@@ -87,11 +96,34 @@ def parse_sacct(raw: str, command: str = "sacct") -> list[Finished]:
                     start_s=v.epoch(start, f"{where} Start"),
                     end_s=v.epoch(end, f"{where} End"),
                     ran=nodes not in _NO_NODES,
+                    nodes=_expanded(nodes, f"{where} NodeList"),
                 )
             )
     except ValueError as err:
         raise SlurmCommandError(command, str(err)) from None
     return out
+
+
+def _expanded(nodes: str, field: str) -> tuple[str, ...]:
+    """A NodeList's names; none when it names none or cannot be read (the outcome is kept anyway)."""
+    if nodes in _NO_NODES:
+        return ()
+    try:
+        return v.hostlist(nodes, field)
+    except ValueError as err:
+        log.warning("%s; the job's nodes are left unknown", err)
+        return ()
+
+
+def where_it_ran(nodes: tuple[str, ...], gpus: int, node_types: Mapping[str, str]) -> dict[str, Any]:
+    """An outcome's ``nodes``, ``node_gpus`` (known for a job on one node: all its GPUs) and
+    ``gpu_type`` (its nodes' groups' types, several joined by '+'; None when no node is mapped)."""
+    types = sorted({node_types[n] for n in nodes if n in node_types})
+    return {
+        "nodes": nodes,
+        "node_gpus": (gpus,) if len(nodes) == 1 else (),
+        "gpu_type": "+".join(types) or None,
+    }
 
 
 class OutcomeTracker:
@@ -115,7 +147,14 @@ class OutcomeTracker:
         for job_id in job_ids:
             self.correlation[job_id] = correlation_id
 
-    def _outcome(self, f: Finished, gpus: int, fallback_correlation: str) -> JobOutcome | None:
+    def _outcome(
+        self,
+        f: Finished,
+        gpus: int,
+        fallback_correlation: str,
+        node_types: Mapping[str, str] | None = None,
+        seen_on: tuple[str, ...] = (),
+    ) -> JobOutcome | None:
         status = TERMINAL_STATES.get(f.state)
         if status is None or not f.ran or f.start_s is None or f.end_s is None:
             # cancelled while pending: it never ran (Slurm still stamps start = end = cancel time)
@@ -131,6 +170,7 @@ class OutcomeTracker:
             end_s=max(f.end_s, start),
             gpus=gpus,
             status=status,
+            **where_it_ran(f.nodes or seen_on, gpus, node_types or {}),
         )
 
     def _remember(self, job_id: str) -> None:
@@ -153,16 +193,26 @@ class OutcomeTracker:
             log.warning("outcomes of %d vanished jobs not found in accounting: %s", len(job_ids), err)
             return {}
 
-    def update(self, jobs: Sequence[SlurmJob], now: float, correlation_id: str) -> list[JobOutcome]:
-        """Outcomes of the jobs that finished since the last poll; call once per successful poll."""
+    def update(
+        self,
+        jobs: Sequence[SlurmJob],
+        now: float,
+        correlation_id: str,
+        node_types: Mapping[str, str] | None = None,
+    ) -> list[JobOutcome]:
+        """Outcomes of the jobs that finished since the last poll; call once per successful poll.
+        ``node_types``: node name -> the GPU type of its spec group (where the jobs ran)."""
+        types = node_types or {}
         outcomes: list[JobOutcome] = []
         present = {j.job_id for j in jobs}
         for job in jobs:
             if job.state in PENDING_STATES or job.state in RUNNING_STATES:
                 self.submits.setdefault(job.job_id, job.submit_s)
             if job.state in TERMINAL_STATES and job.job_id not in self.reported:
-                seen = Finished(job.job_id, job.state, job.submit_s, job.start_s, job.end_s, bool(job.nodes))
-                out = self._outcome(seen, job.gpus, correlation_id)
+                seen = Finished(
+                    job.job_id, job.state, job.submit_s, job.start_s, job.end_s, bool(job.nodes), job.nodes
+                )
+                out = self._outcome(seen, job.gpus, correlation_id, types)
                 if out is not None:
                     outcomes.append(out)
                 self._remember(job.job_id)
@@ -182,9 +232,9 @@ class OutcomeTracker:
             self.lagging.pop(job_id, None)
             if f is None and last.state in RUNNING_STATES and last.start_s is not None:
                 log.info("job %s vanished from squeue and accounting: ended by %.0f", job_id, now)
-                f = Finished(job_id, "COMPLETED", last.submit_s, last.start_s, now, True)
+                f = Finished(job_id, "COMPLETED", last.submit_s, last.start_s, now, True, last.nodes)
             if f is not None:
-                out = self._outcome(f, last.gpus, correlation_id)
+                out = self._outcome(f, last.gpus, correlation_id, types, last.nodes)
                 if out is not None:
                     outcomes.append(out)
             self._remember(job_id)

@@ -15,7 +15,8 @@ Columns: ``shared.schemas.views.MATRIX_COLUMNS``, the 17 job features of
 ``shared.features.JOB_FEATURES`` in catalog order, then ``ways``: the raw number of nodes that could
 take part in a placement of the job now. It is not a model input; the feature sampler reads it (the
 share of jobs with several usable nodes emphasizes ``num_ways``), and it cannot be recovered from
-the normalized ``num_ways``. Cluster columns: the 7 ``CLUSTER_FEATURES``.
+the normalized ``num_ways``. Cluster columns: the 7 ``CLUSTER_FEATURES``. Raw columns
+(``RAW_COLUMNS``, for the store only): each job's pool totals, which the features normalize.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import FeatureMatrix, JobOutcome
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import StageError
-from shared.schemas.views import MATRIX_COLUMNS, SnapshotViews, snapshot_views
+from shared.schemas.views import MATRIX_COLUMNS, RAW_COLUMNS, SnapshotViews, raw_pool_values, snapshot_views
 
 __all__ = ["FeaturizerStage", "featurize", "submissions"]
 
@@ -187,6 +188,9 @@ class FeaturizerStage:
             "values": rows,  # packed as it is, not as 18,000 Python floats (``shared.schemas.packed``)
             "cluster_columns": CLUSTER_FEATURES,
             "cluster_values": tuple(values.cluster.tolist()),
+            # stored beside the decision's features, not read by the model (schema version 7)
+            "raw_columns": RAW_COLUMNS,
+            "raw_values": raw_pool_values(views),
             "excluded": views.excluded,
             "latencies_ms": {},
         }

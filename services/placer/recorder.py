@@ -25,18 +25,23 @@ candidate; the registry alone promotes and retires), and an outcome that disagre
 already stored for its job is not dropped silently: it is logged and dead-lettered as a conflict
 (``OutcomeConflict``), and the first stays. Which sender is right cannot be told until senders are
 authenticated (NATS accounts, item 1); the conflict makes the disagreement visible meanwhile.
+
+Each cluster's spec (what its services run with) is stored in ``clusters.spec`` with the first write
+of the cluster in this process (``ClusterSpecs``), so that the report and analysts know its capacity
+whoever started the services (issue 21: ``hylo run`` and ``hylo up`` left it NULL).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from shared.bus.consumer import Delivery
+from shared.domain.cluster import ClusterSpec
 from shared.schemas.base import Message
 from shared.schemas.messages import (
     FeatureMatrix,
@@ -56,6 +61,7 @@ from shared.store.writes import (
     record_outcome,
     record_pending,
     record_shadow,
+    store_cluster_spec,
 )
 
 __all__ = ["RECORDED", "KnownJobs", "OutcomeConflict", "apply_record", "recorder_routes"]
@@ -87,6 +93,28 @@ class KnownJobs:
             self._seen.popitem(last=False)
 
 
+class ClusterSpecs:
+    """The cluster specs to store, and which of them this process has stored (once each).
+
+    ``store`` runs in the transaction of a write; the caller calls ``stored`` after it commits, so a
+    rolled-back transaction leaves the spec to the next write."""
+
+    def __init__(self, specs: Mapping[str, ClusterSpec]) -> None:
+        self._json = {name: spec.model_dump(mode="json") for name, spec in specs.items()}
+        self._done: set[str] = set()
+
+    async def store(self, conn: AsyncConnection, cluster: str) -> bool:
+        """Store ``cluster``'s spec if this process has not yet; True if it did now."""
+        spec = self._json.get(cluster)
+        if spec is None or cluster in self._done:
+            return False
+        await store_cluster_spec(conn, cluster, spec)
+        return True
+
+    def stored(self, cluster: str) -> None:
+        self._done.add(cluster)
+
+
 #: what each recorder durable stores, by the kind of message it reads (``hylo deadletters replay``)
 RECORDED: dict[str, tuple[Kind, type[Message]]] = {
     "recorder-jobs": ("features", FeatureMatrix),
@@ -116,10 +144,14 @@ async def apply_record(conn: AsyncConnection, message: Message) -> int:
     raise TypeError(f"the recorder stores no {type(message).__name__}")
 
 
-def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Route[Any]]:
+def recorder_routes(
+    engine: AsyncEngine, clusters: Collection[str] | Mapping[str, ClusterSpec]
+) -> list[Route[Any]]:
     """The recorder's durable consumers, each writing one kind of message to the store. A matrix
-    of a cluster not in ``clusters`` is refused (dead-lettered), as the deciding stages refuse it."""
+    of a cluster not in ``clusters`` is refused (dead-lettered), as the deciding stages refuse it.
+    ``clusters`` given as specs (name -> spec) also stores each cluster's spec (module docstring)."""
     known = KnownJobs()
+    specs = ClusterSpecs(clusters if isinstance(clusters, Mapping) else {})
 
     async def on_matrix(matrix: FeatureMatrix, _delivery: Delivery) -> None:
         if matrix.cluster not in clusters:
@@ -132,11 +164,15 @@ def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Rout
             return
         rows = [i for i, j in enumerate(matrix.jobs.job_id) if j in new]
         async with engine.begin() as conn:
+            spec_now = await specs.store(conn, matrix.cluster)
             await record_pending(conn, matrix.cluster, matrix.jobs.take(rows))
         known.add(matrix.cluster, new)
+        if spec_now:
+            specs.stored(matrix.cluster)
 
     async def on_record(message: Message, _delivery: Delivery) -> None:
         async with engine.begin() as conn:
+            spec_now = await specs.store(conn, message.cluster)
             new = await apply_record(conn, message)
             if isinstance(message, JobOutcome) and not new:
                 conflict = await outcome_conflict(conn, message)
@@ -147,6 +183,8 @@ def recorder_routes(engine: AsyncEngine, clusters: Collection[str]) -> list[Rout
                     )
                     log.warning("%s", text)
                     raise OutcomeConflict(text)
+        if spec_now:
+            specs.stored(message.cluster)
 
     routes: list[Route[Any]] = [
         Route(

@@ -1,9 +1,11 @@
 """The placer's processing logic, free of the bus: PriorityVector -> PlacementDecision.
 
 Every featurized job gets a ``JobPlacement``: its rank (0 = highest priority; ties by submit time,
-then matrix order), its priority, and its feature row (column -> value). Jobs that start now also
-get ``nodes`` (names from the snapshot) and ``mode``; jobs that wait with an EASY reservation get
-``reserved_s``, the time they are planned to start.
+then matrix order), its priority, its feature row (column -> value), and, when the vector and the
+matrix carry them (schema version 7), the model's raw score and the raw values behind its features,
+passed through for the store. Jobs that start now also get ``nodes`` (names from the snapshot) and
+``mode``; jobs that wait with an EASY reservation get ``reserved_s``, the time they are planned to
+start.
 
 **The decision is one cycle of the simulator** (``shared.sim.cycle_on``): the snapshot's cluster is
 described as the simulator keeps it (``shared.schemas.snapshot_cluster``: running jobs with their
@@ -37,7 +39,7 @@ from shared.scheduling.state import Alloc
 from shared.schemas.columns import pick
 from shared.schemas.limits import DEFAULT_LIMITS, Limits
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
-from shared.schemas.packed import FloatRows
+from shared.schemas.packed import FloatRows, empty_table
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.snapshot_cluster import DescribedCluster, describe_cluster
 from shared.schemas.stage_error import StageError
@@ -284,6 +286,11 @@ class PlacerStage:
             feature_columns=matrix.columns,
             # one numpy gather: the rows stay float64 bits, packed again on the wire
             features=FloatRows(matrix.values.array[order]),
+            # what the store records beside the order (schema version 7): the model's scores, the
+            # raw values behind the features
+            score=pick(vector.scores, rows) if vector.scores else (),
+            raw_feature_columns=matrix.raw_columns if matrix.raw_values else (),
+            raw_features=FloatRows(matrix.raw_values.array[order]) if matrix.raw_values else empty_table(),
         )
 
     # -- the cycle ------------------------------------------------------------------------------

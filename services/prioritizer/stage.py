@@ -22,8 +22,11 @@ each snapshot as it arrives (the service calls it while the featurizer works): f
 alone it finds the jobs the featurizer will keep, the model's window and its features; ``_score``
 uses them when the matrix's jobs, the window and the model version are the ones prepared for.
 
-Priorities are then distinct integers, Q for the first job and 1 for the last. The model runs in a
-worker thread (one at a time) under ``deadline_ms``, counted from the start of ``handle``.
+Priorities are then distinct integers, Q for the first job and 1 for the last; the model's raw
+scores (logits) of its window's jobs go beside them (``PriorityVector.scores``, null for the jobs
+beyond the window), so that the store keeps what the model thought and not only the rank. The model
+runs in a worker thread (one at a time) under ``deadline_ms``, counted from the start of
+``handle``.
 
 **Fallback**: with no model, a matrix computed under another feature schema than the model's, a
 matrix lacking the model's columns, a model that raises or returns nonsense, a missed deadline, or
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,6 +56,8 @@ from pydantic import ValidationError
 from services.prioritizer.models import LoadedModel, ModelHolder
 from shared.domain.cluster import ClusterSpec
 from shared.features import CLUSTER_FEATURES, JOB_FEATURES, FeatureValues, compute_features
+from shared.model.network import ActorCritic
+from shared.model.priorities import scores_to_priorities
 from shared.policies.multifactor import MultifactorWeights
 from shared.policies.snapshot_keys import (
     SnapshotPolicyError,
@@ -89,6 +95,15 @@ class PreparedWindow:
 
 #: prepared windows kept per stage (the newest snapshots of a few clusters)
 PREPARED_KEEP = 8
+
+
+Scored = tuple[FloatArray, FloatArray]
+"""A model's priorities of a matrix's rows and its raw scores (NaN: a row outside its window)."""
+
+
+def _score_column(scores: FloatArray) -> tuple[float | None, ...]:
+    """A vector's ``scores``: the finite ones, None elsewhere (outside the window, or not finite)."""
+    return tuple(v if math.isfinite(v) else None for v in scores.tolist())
 
 
 class _Unusable(Exception):
@@ -137,7 +152,7 @@ class PrioritizerStage:
         self.snapshots = snapshots
         self._context = limits.context()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hylo-model")
-        self._inflight: concurrent.futures.Future[FloatArray] | None = None
+        self._inflight: concurrent.futures.Future[Scored] | None = None
         self._windows: OrderedDict[tuple[str, str], PreparedWindow] = OrderedDict()
 
     def close(self) -> None:
@@ -184,6 +199,7 @@ class PrioritizerStage:
 
         loaded = self.holder.loaded
         priorities: FloatArray | None = None
+        scores: FloatArray | None = None
         reason: str | None = None
         if loaded is None:
             reason = "no model loaded"
@@ -196,7 +212,9 @@ class PrioritizerStage:
             model_keys = self._model_base_keys(loaded, jobs, matrix.snapshot_time, spec, base_keys)
             priorities = priorities_from_keys(model_keys, submit)  # nothing to order (as in training)
         else:
-            priorities, reason = await self._run_model(loaded, matrix, jobs, submit, spec, base_keys, t0)
+            scored, reason = await self._run_model(loaded, matrix, jobs, submit, spec, base_keys, t0)
+            if scored is not None:
+                priorities, scores = scored
 
         if priorities is not None:
             assert loaded is not None
@@ -213,6 +231,7 @@ class PrioritizerStage:
             "policy": policy,
             "model_version": version,
             "fallback": None if reason is None else _reason(reason),
+            "scores": () if scores is None or policy != "model" else _score_column(scores),
             "latencies_ms": latencies,
         }
         try:
@@ -257,7 +276,7 @@ class PrioritizerStage:
         spec: ClusterSpec | None,
         base_keys: FloatArray,
         t0: float,
-    ) -> tuple[FloatArray | None, str | None]:
+    ) -> tuple[Scored | None, str | None]:
         deadline_s = self.deadline_ms / 1000
         busy = self._inflight
         if busy is not None and not busy.done():
@@ -296,8 +315,9 @@ class PrioritizerStage:
         model_keys: FloatArray,
         spec: ClusterSpec | None,
         snapshot: QueueSnapshot | None,
-    ) -> FloatArray:
-        """Priorities of every matrix row from the model (worker thread; module docstring)."""
+    ) -> Scored:
+        """Priorities of every matrix row from the model, and its raw scores (NaN outside its window)
+        (worker thread; module docstring)."""
         n = len(matrix.job_ids)
         order = base_order(model_keys, submit)
         head = order[: loaded.max_queue]
@@ -315,9 +335,16 @@ class PrioritizerStage:
         obs, _ = selection.apply(values)
         obs_t = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).unsqueeze(0)
         mask = torch.ones((1, len(head)), dtype=torch.bool)
+        model = loaded.model
         with torch.no_grad():
-            prio = loaded.model.priorities(obs_t, mask)
+            if type(model).priorities is ActorCritic.priorities:  # one pass: the scores it ranks
+                raw = model.scores(obs_t, mask)
+                prio = scores_to_priorities(raw, mask, model.config.top_k)
+            else:  # a model class that ranks its own way: its priorities, and its scores beside
+                prio = model.priorities(obs_t, mask)
+                raw = model.scores(obs_t, mask)
         head_prio = np.asarray(prio.detach().cpu().numpy(), dtype=np.float64).reshape(-1)
+        head_raw = np.asarray(raw.detach().cpu().numpy(), dtype=np.float64).reshape(-1)
         if head_prio.shape != (len(head),) or not np.isfinite(head_prio).all():
             raise _Unusable(
                 f"model {loaded.version} returned {head_prio.shape[0]} priorities (finite: "
@@ -327,7 +354,10 @@ class PrioritizerStage:
         out = np.empty(n, dtype=np.float64)
         out[head] = head_prio + tail  # the model's window first, in its order
         out[order[len(head) :]] = np.arange(tail, 0, -1, dtype=np.float64)  # the rest in base order
-        return out
+        scores = np.full(n, np.nan)
+        if head_raw.shape == (len(head),):
+            scores[head] = head_raw
+        return out, scores
 
     def _window_values(
         self,

@@ -259,27 +259,55 @@ def _print_story(story: dict[str, Any]) -> None:
             f"bounded slowdown {_number(outcome['bsld'], 3)}",
             highlight=False,
         )
+        if outcome.get("nodes"):  # where it really ran (the decision's nodes are the placer's advice)
+            kind = f" ({escape(outcome['gpu_type'])})" if outcome.get("gpu_type") else ""
+            console.print(f"ran on: {escape(', '.join(outcome['nodes']))}{kind}", highlight=False)
     else:
         console.print(f"[yellow]{escape(_pending_reason(rows))}[/]", highlight=False, soft_wrap=True)
 
 
 def _decisions_table(rows: list[dict[str, Any]]) -> Table:
     table = Table()
-    for column in ("t (s)", "sequence", "rank", "score", "policy", "model", "placed", "nodes", "fallback"):
+    columns = (
+        "t (s)",
+        "sequence",
+        "rank",
+        "priority",
+        "score",
+        "policy",
+        "model",
+        "placer",
+        "nodes",
+        "fallback",
+    )
+    for column in columns:
         table.add_column(column, overflow="fold")
     for d in rows:
+        score = d.get("score")
         table.add_row(
             _number(d["snapshot_time"]),
             str(d["sequence"]),
             str(d["rank"]),
             f"{d['priority']:.4g}",
+            "-" if score is None else f"{score:.4g}",  # the model's raw score; none from a base policy
             escape(str(d["policy"])),
             escape(d["model_version"] or "-"),
-            "yes" if d["placed"] else "no",
+            _placer_cell(d),
             escape(", ".join(d["nodes"] or [])),
             escape(d["fallback"] or ""),
         )
     return table
+
+
+def _placer_cell(d: dict[str, Any]) -> str:
+    """What the placer said: placed, reserved (until when), waiting; rows older than the store's
+    revision 0006 only know whether it was placed."""
+    status = d.get("placer_status")
+    if status is None:
+        return "placed" if d["placed"] else "not placed"
+    if status == "reserved" and d.get("reserved_s") is not None:
+        return f"reserved until t = {_number(d['reserved_s'])}"
+    return str(status)
 
 
 def _pending_reason(rows: list[dict[str, Any]]) -> str:
@@ -291,7 +319,14 @@ def _pending_reason(rows: list[dict[str, Any]]) -> str:
     if placed:
         return f"running: placed at t = {_number(placed[0]['snapshot_time'])} s, no outcome yet"
     why = f"; the prioritizer fell back: {last['fallback']}" if last["fallback"] else ""
+    status = last.get("placer_status")
+    if status == "reserved" and last.get("reserved_s") is not None:
+        held = f"it holds an EASY reservation to start at t = {_number(last['reserved_s'])} s"
+    elif status == "waiting":
+        held = "no nodes free for it, or starting it would delay a higher-ranked job's reservation"
+    else:  # a row from before the store recorded the placer's status
+        held = "no nodes free for it, or held back by an EASY reservation"
     return (
         f"pending: at its last decision (t = {_number(last['snapshot_time'])} s) it ranked "
-        f"{last['rank']} and was not placed (no nodes free for it, or held back by an EASY reservation){why}"
+        f"{last['rank']} and was not placed ({held}){why}"
     )

@@ -51,7 +51,7 @@ from shared.cli.common import (
 )
 from shared.cli.run_bus import RunBus, throwaway_credentials, up_credentials
 from shared.cli.store_check import StoreCheck, placements_mark, run_check, wait_for_store
-from shared.domain.cluster import SpecError
+from shared.domain.cluster import ClusterSpec, SpecError
 from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutOfReach, offered_load
 from shared.policies import POLICY_NAMES
 from shared.sim.applied import RefusedStart
@@ -236,6 +236,40 @@ def _migrate(database_url: str) -> None:
             raise fail(
                 f"cannot migrate the database at {safe_url(database_url)}: {type(err).__name__}: {err}"
             ) from None
+
+
+def _prepare_store(database_url: str, options: ReplayOptions, spec: ClusterSpec) -> None:
+    """Record what the run knows before it starts: the cluster's spec (``clusters.spec``, whence the
+    report's capacity; it used to stay NULL, "capacity unknown") and the ``--model`` checkpoint as an
+    ``external`` model version under the name the prioritizer gives it, so that its decisions join
+    to a row of ``model_versions`` (``shared.store.writes.record_external_model``)."""
+    from shared.store import create_engine, record_external_model, store_cluster_spec
+
+    external = None
+    if options.model is not None:
+        from services.prioritizer.service import startup_version
+
+        card = json.loads(options.model.read_text(encoding="utf-8"))
+        external = startup_version(str(options.model), options.cluster_name).model_copy(update={"card": card})
+
+    async def write() -> None:
+        engine = create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await store_cluster_spec(conn, options.cluster_name, spec.model_dump(mode="json"))
+                if external is not None:
+                    await record_external_model(conn, external)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(write())
+    except Exception as err:  # the database answered the migration a moment ago: say what failed
+        line = " ".join(str(err).split())[:300]
+        raise fail(
+            f"cannot record the cluster spec and model in {safe_url(database_url)}: "
+            f"{type(err).__name__}: {line}"
+        ) from None
 
 
 def _replay(
@@ -560,6 +594,7 @@ def run_command(
             assert credentials.tls_conf is not None
             nats_url = stack.start_nats(includes=[credentials.auth_conf, credentials.tls_conf])
         _migrate(database_url)
+        _prepare_store(database_url, options, work.spec)
         run_bus = RunBus(BusSettings(nats_url=nats_url, subject_root="hylo"), credentials)
         _drive(
             options,
@@ -634,6 +669,7 @@ def up_command(
     except ValueError as err:
         raise fail(f"--credentials: {err}") from None
     _migrate(database_url)
+    _prepare_store(database_url, options, work.spec)
     out.mkdir(parents=True, exist_ok=True)
     stack = LocalStack(Path(tempfile.mkdtemp(prefix="up-", dir=out)))
     with _interruptible(stack):

@@ -315,7 +315,8 @@ def _add_model_routes(router: APIRouter, settings: QuerySettings) -> None:
         conn: Conn,
         cluster: ClusterQuery = None,
         status: Annotated[
-            Literal["candidate", "current", "retired"] | None, Query(description="only this status")
+            Literal["candidate", "current", "retired", "external"] | None,
+            Query(description="only this status"),
         ] = None,
         limit: Annotated[
             int, Query(ge=1, le=settings.query_list_max, description="items per page (HYLO_QUERY_LIST_MAX)")

@@ -83,6 +83,27 @@ class DecisionOut(Out):
     )
     latency_ms: float | None = Field(description="sum of the stage latencies (ms)", examples=[4.0])
     decided_at: datetime = Field(description="when the store wrote the decision (wall clock)")
+    score: float | None = Field(
+        default=None,
+        description="the model's raw score before ranking (null: the base policy decided, the job was "
+        "beyond the model's window, or a row older than the store's revision 0006)",
+        examples=[1.37],
+    )
+    placer_status: Literal["placed", "reserved", "waiting"] | None = Field(
+        default=None,
+        description="placed (starts now), reserved (waits for an EASY reservation at reserved_s), waiting "
+        "(did not fit, or would have delayed a reservation); null on older rows",
+    )
+    reserved_s: float | None = Field(
+        default=None, description="the reservation's start time (cluster clock, s)"
+    )
+    placer: str | None = Field(default=None, description="placement strategy", examples=["best-fit"])
+    solver_status: str | None = Field(default=None, description="CP-SAT's status for the decision")
+    raw_features: dict[str, float] | None = Field(
+        default=None,
+        description="raw values behind the features that no other table holds (the job's pool)",
+        examples=[{"pool_gpus": 64.0, "pool_free_gpus": 6.0, "pool_nodes": 8.0, "pool_idle_nodes": 0.0}],
+    )
 
 
 class DecisionPage(Out):
@@ -121,6 +142,13 @@ class OutcomeOut(Out):
     gpus: int
     status: str = Field(examples=["completed"])
     recorded_at: datetime
+    nodes: list[str] | None = Field(
+        default=None,
+        description="the nodes it really ran on, as the cluster reported them",
+        examples=[["gpu-07"]],
+    )
+    node_gpus: list[int] | None = Field(default=None, description="whole GPUs it held on each of nodes")
+    gpu_type: str | None = Field(default=None, description="the GPU type it ran on", examples=["V100"])
 
 
 class HistoryEntry(DecisionOut):
@@ -142,7 +170,9 @@ class ModelOut(Out):
     cluster: str | None = Field(examples=["prod-a"])
     sha256: str
     uri: str = Field(description="where the checkpoint can be read", examples=["s3://models/m-2026-11-20.pt"])
-    status: Literal["candidate", "current", "retired"]
+    status: Literal["candidate", "current", "retired", "external"] = Field(
+        description="the registry's status; external: a checkpoint a prioritizer was given by path"
+    )
     created_at: datetime
     promoted_at: datetime | None
 

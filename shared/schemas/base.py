@@ -30,8 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: ``node_index``) and a fractional job's GPU (``share_gpu``), so that the placer can rebuild the
 #: cluster's state exactly; they are empty when not given, as in every version-5 message, which is
 #: read as before. A version-5 reader refuses the new fields (strict models), hence the new number.
-SCHEMA_VERSION = 6
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5, 6})
+#: Version 7 adds optional fields that record what happened (issue 21): a FeatureMatrix's raw values
+#: (``raw_columns``, ``raw_values``), a PriorityVector's model scores (``scores``), a decision's per-job
+#: ``score`` and raw features, and where a finished job ran (``JobOutcome.nodes``, ``node_gpus``,
+#: ``gpu_type``); all default to "not given", so a version-6 message is read as before.
+SCHEMA_VERSION = 7
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5, 6, 7})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

@@ -43,6 +43,7 @@ from shared.schemas.snapshot import (
     ALLOCATION,
     ALLOCATION_EXTRAS,
     HARD_MAX_ITEMS,
+    MAX_NODE_GPUS,
     GpuMask,
     GpuMaskColumn,
     NodeAmount,
@@ -99,6 +100,17 @@ class FeatureMatrix(Message):
     )
     cluster_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
     cluster_values: tuple[FiniteFloat, ...] = Field(default=(), max_length=MAX_FEATURES)
+    raw_columns: tuple[FeatureName, ...] = Field(
+        default=(),
+        max_length=MAX_FEATURES,
+        description="names of raw_values' columns (schema version 7): raw quantities behind the "
+        "normalized values, in their own units",
+    )
+    raw_values: FloatTable = Field(
+        default_factory=empty_table,
+        description="per job, over raw_columns (or no rows: not given); packed like values. Not a "
+        "model input: stored beside the decision's features (schema version 7)",
+    )
     excluded: tuple[ExcludedJob, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
     latencies_ms: StageLatencies = Field(default_factory=dict)
 
@@ -120,6 +132,13 @@ class FeatureMatrix(Message):
             raise ValueError(
                 f"cluster_values has {len(self.cluster_values)} entries, "
                 f"expected {len(self.cluster_columns)} (cluster_columns)"
+            )
+        raw_rows, raw_width = self.raw_values.shape
+        if raw_rows and raw_rows != rows:
+            raise ValueError(f"raw_values has {raw_rows} rows, expected one per job ({rows}) or none")
+        if raw_rows and raw_width != len(self.raw_columns):
+            raise ValueError(
+                f"raw_values rows have {raw_width} entries, expected {len(self.raw_columns)} (raw_columns)"
             )
         return self
 
@@ -172,6 +191,13 @@ class PriorityVector(Message):
     policy: Name = Field(description="'model' or the base policy's name when it decided")
     model_version: VersionName | None = Field(default=None, description="model version used, if any")
     fallback: Reason | None = Field(default=None, description="why the base policy decided, if it did")
+    scores: tuple[FiniteFloat | None, ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="the model's raw score (logit) of each job, aligned with matrix.jobs, before it "
+        "became a rank; null for a job outside the model's window; empty when the base policy decided "
+        "or there was nothing to order (one job) (schema version 7)",
+    )
     latencies_ms: StageLatencies = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -181,6 +207,11 @@ class PriorityVector(Message):
             raise ValueError(
                 f"priorities has {len(self.priorities)} entries, expected {len(self.matrix.jobs)} "
                 "(one per matrix.jobs)"
+            )
+        if self.scores and len(self.scores) != len(self.matrix.jobs):
+            raise ValueError(
+                f"scores has {len(self.scores)} entries, expected {len(self.matrix.jobs)} "
+                "(one per matrix.jobs) or none"
             )
         return self
 
@@ -216,6 +247,14 @@ class JobPlacement(Strict):
         default=(), max_length=4096, description="per node, the physical GPUs (bit k = GPU k; 0 = any)"
     )
     share_gpu: ShareGpu = Field(default=-1, description="a share's physical GPU on its node; -1 = any")
+    score: FiniteFloat | None = Field(
+        default=None, description="the model's raw score of the job (schema version 7); None: not scored"
+    )
+    raw_features: dict[FeatureName, FiniteFloat] = Field(
+        default_factory=dict,
+        max_length=MAX_FEATURES,
+        description="raw quantities behind its features, in their own units (schema version 7)",
+    )
 
 
 class Placements(FlatNodeColumns[JobPlacement]):
@@ -236,9 +275,10 @@ class Placements(FlatNodeColumns[JobPlacement]):
         "mode",
         "reserved_s",
         "share_gpu",
+        "score",
     )
     FLAT_COLUMNS: ClassVar[tuple[str, ...]] = ("nodes", *ALLOCATION, "node_gpu_mask")
-    OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset({*ALLOCATION, *ALLOCATION_EXTRAS})
+    OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset({*ALLOCATION, *ALLOCATION_EXTRAS, "score"})
     OWNER: ClassVar[str] = "placements"
 
     job_id: tuple[JobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
@@ -291,15 +331,30 @@ class Placements(FlatNodeColumns[JobPlacement]):
         description="per job, over feature_columns (or no rows); packed float64 like a FeatureMatrix's "
         "values (``shared.schemas.packed``)",
     )
+    score: tuple[FiniteFloat | None, ...] = Field(
+        default=(),
+        max_length=HARD_MAX_ITEMS,
+        description="per job, the model's raw score (the vector's scores in rank order; null: not "
+        "scored); empty = not given (schema version 7)",
+    )
+    raw_feature_columns: tuple[FeatureName, ...] = Field(default=(), max_length=MAX_FEATURES)
+    raw_features: FloatTable = Field(
+        default_factory=empty_table,
+        description="per job, over raw_feature_columns (or no rows): the matrix's raw_values in rank "
+        "order (schema version 7)",
+    )
 
     @classmethod
     def of(cls, rows: Iterable[JobPlacement]) -> Placements:
         """Columns from rows (already validated); the first row's feature names name the columns."""
         rows = tuple(rows)
         names = tuple(rows[0].features) if rows else ()
+        raw = tuple(rows[0].raw_features) if rows else ()
         cols = cls._flat_columns(rows)
         cols["feature_columns"] = names
         cols["features"] = tuple(tuple(r.features[c] for c in names) for r in rows) if names else ()
+        cols["raw_feature_columns"] = raw
+        cols["raw_features"] = tuple(tuple(r.raw_features[c] for c in raw) for r in rows) if raw else ()
         return cls(**cols)
 
     @classmethod
@@ -316,6 +371,8 @@ class Placements(FlatNodeColumns[JobPlacement]):
             cols[c] = tuple(v for r in rows for v in getattr(r, c)) if given else ()
         if not cols["node_gpus"]:
             cols["share_gpu"] = ()
+        if all(score is None for score in cols["score"]):
+            cols["score"] = ()
         return cols
 
     @model_validator(mode="after")
@@ -331,6 +388,14 @@ class Placements(FlatNodeColumns[JobPlacement]):
                     f"placements.features rows have {width} entries, expected {len(self.feature_columns)} "
                     "(feature_columns)"
                 )
+        raw_rows, raw_width = self.raw_features.shape
+        if raw_rows and raw_rows != n:
+            raise ValueError(f"placements.raw_features has {raw_rows} rows, expected {n} or none")
+        if raw_rows and raw_width != len(self.raw_feature_columns):
+            raise ValueError(
+                f"placements.raw_features rows have {raw_width} entries, expected "
+                f"{len(self.raw_feature_columns)} (raw_feature_columns)"
+            )
         return self
 
     def _row_fields(self, i: int) -> dict[str, Any]:
@@ -338,6 +403,8 @@ class Placements(FlatNodeColumns[JobPlacement]):
         fields["features"] = (
             dict(zip(self.feature_columns, self.features[i], strict=True)) if self.features else {}
         )
+        raw = self.raw_features
+        fields["raw_features"] = dict(zip(self.raw_feature_columns, raw[i], strict=True)) if raw else {}
         return fields
 
     def placed(self) -> list[JobPlacement]:
@@ -387,6 +454,23 @@ class JobOutcome(Message):
     end_s: FiniteFloat
     gpus: int = Field(ge=0, le=100_000)
     status: Literal["completed", "failed", "cancelled", "timeout"] = "completed"
+    nodes: tuple[Name, ...] = Field(
+        default=(),
+        max_length=4096,
+        description="the nodes the job really ran on, as the cluster reports them; empty = not known "
+        "(schema version 7)",
+    )
+    node_gpus: tuple[Annotated[int, Field(ge=0, le=MAX_NODE_GPUS)], ...] = Field(
+        default=(),
+        max_length=4096,
+        description="whole GPUs it held on each of nodes (aligned with nodes); empty = not known "
+        "(schema version 7)",
+    )
+    gpu_type: Name | None = Field(
+        default=None,
+        description="the GPU type it ran on (the node group's, several joined by '+'); None = not "
+        "known (schema version 7)",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> JobOutcome:
@@ -394,6 +478,11 @@ class JobOutcome(Message):
             raise ValueError(f"start_s {self.start_s} is before submit_s {self.submit_s}")
         if self.end_s < self.start_s:
             raise ValueError(f"end_s {self.end_s} is before start_s {self.start_s}")
+        if self.node_gpus and len(self.node_gpus) != len(self.nodes):
+            raise ValueError(
+                f"node_gpus has {len(self.node_gpus)} entries, expected {len(self.nodes)} (one per node) "
+                "or none"
+            )
         return self
 
     @property

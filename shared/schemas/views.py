@@ -50,6 +50,7 @@ from shared.schemas.snapshot import (
 
 __all__ = [
     "MATRIX_COLUMNS",
+    "RAW_COLUMNS",
     "WAYS_COLUMN",
     "NodeLayout",
     "PendingBinding",
@@ -67,6 +68,25 @@ H = TypeVar("H", bound=Hashable)
 #: ``num_ways``), and it cannot be recovered from the normalized ``num_ways``.
 WAYS_COLUMN = "ways"
 MATRIX_COLUMNS: tuple[str, ...] = (*JOB_FEATURES, WAYS_COLUMN)
+
+
+#: a FeatureMatrix's raw columns (schema version 7), each job's eligible pool (the node groups it may
+#: run on) in its own units: GPUs, free GPUs, nodes and idle nodes. The per-job features are these
+#: normalized (``gpus`` and ``gpu_type`` by ``pool_gpus``, ``free_nodes`` = idle / nodes,
+#: ``demand_supply`` and ``fragmentation`` by ``pool_free_gpus``: ``docs/features.md``), and no table
+#: holds them; the job's own request and times are in the store's ``jobs`` (``docs/analysts.md``).
+RAW_COLUMNS: tuple[str, ...] = ("pool_gpus", "pool_free_gpus", "pool_nodes", "pool_idle_nodes")
+
+
+def raw_pool_values(views: SnapshotViews) -> npt.NDArray[np.float64]:
+    """[jobs, len(RAW_COLUMNS)]: each job's pool totals, as ``compute_features`` sums them (one small
+    [jobs, groups] x [groups, 4] product)."""
+    cluster = views.cluster
+    per_group = np.stack(
+        (cluster.capacity_gpus, cluster.free_by_group, cluster.node_count, cluster.idle_by_group), axis=1
+    ).astype(np.float64)
+    out: npt.NDArray[np.float64] = views.queue.eligible.astype(np.float64) @ per_group
+    return out
 
 
 @dataclass(frozen=True)

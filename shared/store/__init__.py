@@ -24,6 +24,7 @@ from shared.store.writes import (
     outcome_conflict,
     record_announced_model,
     record_decision,
+    record_external_model,
     record_jobs,
     record_model_event,
     record_model_version,
@@ -31,6 +32,7 @@ from shared.store.writes import (
     record_pending,
     record_shadow,
     shadow_ranks,
+    store_cluster_spec,
     update_model_version,
 )
 
@@ -53,6 +55,7 @@ __all__ = [
     "outcome_conflict",
     "record_announced_model",
     "record_decision",
+    "record_external_model",
     "record_jobs",
     "record_model_event",
     "record_model_version",
@@ -60,6 +63,7 @@ __all__ = [
     "record_pending",
     "record_shadow",
     "shadow_ranks",
+    "store_cluster_spec",
     "update_model_version",
     "upgrade",
     "upgrade_url",

@@ -33,6 +33,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: JSONB on PostgreSQL (indexable, compact), JSON text on SQLite
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+#: the same, for columns whose Python None means "not recorded": stored as SQL NULL, not JSON ``null``
+#: (which ``IS NULL`` does not find)
+NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 #: 64-bit ids on PostgreSQL; SQLite autoincrements only an INTEGER PRIMARY KEY
 IdType = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -45,7 +48,7 @@ class Cluster(Base):
     __tablename__ = "clusters"
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
-    spec: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(NullableJson, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -104,6 +107,18 @@ class Decision(Base):
     latencies_ms: Mapped[dict[str, float]] = mapped_column(JsonType)
     latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # what the prioritizer and the placer knew beyond the order (migration 0006); NULL on older rows
+    #: the model's raw score (logit) of the job, before ranking; NULL when the base policy decided or
+    #: the job was outside the model's window
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: ``placed`` (starts now), ``reserved`` (an EASY reservation at ``reserved_s``) or ``waiting``
+    placer_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reserved_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: placement strategy (``best-fit``, ``first-fit``, ``cp-sat``) and CP-SAT's status for the decision
+    placer: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    solver_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: raw values behind the normalized ``features`` that no other table holds (the job's pool)
+    raw_features: Mapped[dict[str, float] | None] = mapped_column(NullableJson, nullable=True)
 
 
 class Outcome(Base):
@@ -123,12 +138,25 @@ class Outcome(Base):
     gpus: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # where the job really ran, as its adapter reported it (migration 0006); NULL when not reported
+    #: node names; ``node_gpus`` the whole GPUs it held on each (aligned), when known
+    nodes: Mapped[list[str] | None] = mapped_column(NullableJson, nullable=True)
+    node_gpus: Mapped[list[int] | None] = mapped_column(NullableJson, nullable=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+#: what ``model_versions.status`` may say: the registry's three, and ``external`` (migration 0006): a
+#: checkpoint a prioritizer was given by path (``HYLO_MODEL_PATH``, ``hylo run --model``), recorded so
+#: that its decisions join to a row; the registry never gated it (``writes.record_external_model``)
+MODEL_STATUSES = ("candidate", "current", "retired", "external")
 
 
 class ModelVersionRow(Base):
     __tablename__ = "model_versions"
     __table_args__ = (
-        CheckConstraint("status IN ('candidate', 'current', 'retired')", name="ck_model_versions_status"),
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{s}'" for s in MODEL_STATUSES) + ")", name="ck_model_versions_status"
+        ),
     )
 
     version: Mapped[str] = mapped_column(String(64), primary_key=True)

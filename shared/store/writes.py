@@ -61,6 +61,19 @@ async def ensure_cluster(conn: AsyncConnection, name: str, spec: dict[str, Any] 
     return await insert_or_ignore(conn, table_of(Cluster), [{"name": name, "spec": spec}], ["name"]) == 1
 
 
+async def store_cluster_spec(conn: AsyncConnection, name: str, spec: Mapping[str, Any]) -> None:
+    """Register ``name`` with ``spec`` (a cluster spec as JSON), or set the spec of a cluster already
+    registered: the spec its services run with now.
+
+    Why not insert-or-ignore alone: every write registers its cluster first, with no spec, so a
+    spec given later (by ``hylo run``/``up`` or the recorder) would be ignored and the report would
+    say "capacity unknown"; two statements, once per cluster and process, not per message."""
+    table = table_of(Cluster)
+    value = dict(spec)
+    if not await ensure_cluster(conn, name, value):
+        await conn.execute(update(table).where(table.c.name == name).values(spec=value))
+
+
 async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
     """Record the pending jobs of a snapshot the first time they are seen; returns the new ones."""
     return await record_pending(conn, snapshot.cluster, snapshot.pending)
@@ -102,43 +115,74 @@ async def record_pending(conn: AsyncConnection, cluster: str, jobs: PendingJobs)
     return await insert_or_ignore(conn, table_of(Job), rows, ["cluster", "job_id"])
 
 
+def placer_status(placed: bool, reserved_s: float | None) -> str:
+    """The placer's word for one job of a decision: ``placed`` (starts now on ``nodes``), ``reserved``
+    (waits with an EASY reservation at ``reserved_s``) or ``waiting`` (considered in the cycle, not
+    started and not reserved: it did not fit, or starting it would have delayed a reservation)."""
+    if placed:
+        return "placed"
+    return "waiting" if reserved_s is None else "reserved"
+
+
 async def record_decision(conn: AsyncConnection, decision: PlacementDecision) -> int:
-    """Store one row per job of a decision; a redelivered decision inserts nothing."""
+    """Store one row per job of a decision; a redelivered decision inserts nothing.
+
+    Beside the order it stores what the placer and the model knew (schema version 7): each job's
+    placer status and reservation, the model's raw score, and the raw values behind its features
+    (``raw_features``: only the few quantities no other table holds; the job's own request and times
+    are in ``jobs``). All of it comes from the message's columns: no extra statement per row.
+    """
     await ensure_cluster(conn, decision.cluster)
     total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
     cols = decision.placements
+    n = len(cols)
     nodes = cols.node_lists()
     names = cols.feature_columns
-    features = cols.features or ((),) * len(cols)
+    features = cols.features or ((),) * n
+    raw_names = cols.raw_feature_columns
+    raws: Sequence[Sequence[float] | None] = cols.raw_features or (None,) * n
+    scores: Sequence[float | None] = cols.score or (None,) * n
+    reserved: Sequence[float | None] = cols.reserved_s or (None,) * n
     latencies = dict(decision.latencies_ms)
+    fixed = {
+        "correlation_id": decision.correlation_id,
+        "cluster": decision.cluster,
+        "snapshot_time": decision.snapshot_time,
+        "sequence": decision.sequence,
+        "policy": decision.policy,
+        "model_version": decision.model_version,
+        "fallback": decision.fallback,
+        "latencies_ms": latencies,
+        "latency_ms": total,
+        "placer": decision.placer,
+        "solver_status": decision.placer_status,
+    }
     rows = [
         {
-            "correlation_id": decision.correlation_id,
-            "cluster": decision.cluster,
+            **fixed,
             "job_id": job_id,
-            "snapshot_time": decision.snapshot_time,
-            "sequence": decision.sequence,
             "rank": rank,
             "priority": priority,
             "nodes": list(on),
             "placed": bool(on),
             "mode": mode,
-            "policy": decision.policy,
-            "model_version": decision.model_version,
-            "fallback": decision.fallback,
             "features": dict(zip(names, values, strict=True)),
-            "latencies_ms": latencies,
-            "latency_ms": total,
+            "score": score,
+            "placer_status": placer_status(bool(on), when),
+            "reserved_s": when,
+            "raw_features": None if raw is None else dict(zip(raw_names, raw, strict=True)),
         }
-        for job_id, rank, priority, on, mode, values in zip(
-            cols.job_id, cols.rank, cols.priority, nodes, cols.mode, features, strict=True
+        for job_id, rank, priority, on, mode, values, score, when, raw in zip(
+            *(cols.job_id, cols.rank, cols.priority, nodes, cols.mode, features, scores, reserved, raws),
+            strict=True,
         )
     ]
     return await insert_or_ignore(conn, table_of(Decision), rows, ["correlation_id", "job_id"])
 
 
 async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
-    """Store a finished job once; True if it was new."""
+    """Store a finished job once; True if it was new. Where it ran (``nodes``, ``node_gpus``,
+    ``gpu_type``) is stored as the adapter reported it, NULL when it did not."""
     await ensure_cluster(conn, outcome.cluster)
     row = {
         "cluster": outcome.cluster,
@@ -152,6 +196,9 @@ async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
         "bsld": outcome.bsld(),
         "gpus": outcome.gpus,
         "status": outcome.status,
+        "nodes": list(outcome.nodes) if outcome.nodes else None,
+        "node_gpus": list(outcome.node_gpus) if outcome.node_gpus else None,
+        "gpu_type": outcome.gpu_type,
     }
     return await insert_or_ignore(conn, table_of(Outcome), [row], ["cluster", "job_id"]) == 1
 
@@ -267,6 +314,25 @@ async def record_announced_model(conn: AsyncConnection, model: ModelVersion) -> 
         "status": "candidate",
         "reason": f"seen only as an announcement on the bus{claimed}; the registry never registered it",
     }
+    return await insert_or_ignore(conn, table_of(ModelVersionRow), [row], ["version"]) == 1
+
+
+#: ``model_versions.reason`` of a checkpoint recorded by ``record_external_model``
+EXTERNAL_REASON = (
+    "given by path to the prioritizer (HYLO_MODEL_PATH, hylo run/up --model), not through the registry: "
+    "never gated; `hylo models register` makes it a candidate of the registry"
+)
+
+
+async def record_external_model(conn: AsyncConnection, model: ModelVersion) -> bool:
+    """Record a checkpoint a prioritizer was given by path, as status ``external``; True if new.
+
+    Why: its decisions name it (``decisions.model_version``, ``file-<sha256 prefix>``) and analysts
+    join them to ``model_versions``; without a row that join lost them. ``external`` and not one of
+    the registry's statuses: the registry never registered or gated it, and it must not count as a
+    candidate waiting for promotion nor as the cluster's current model (``shared.registry``). A row
+    already there (any status) is left alone."""
+    row = {**_version_row(model), "status": "external", "reason": EXTERNAL_REASON}
     return await insert_or_ignore(conn, table_of(ModelVersionRow), [row], ["version"]) == 1
 
 

@@ -102,6 +102,13 @@ async def test_decision_rows_field_by_field(seeded: Seeded) -> None:
         "features": {"wait": 0.0, "gpus": 0.5},
         "latencies_ms": LATENCIES,
         "latency_ms": 4.0,
+        # what the placer knew (store revision 0006): the seed's decisions carry no score or raw values
+        "score": None,
+        "placer_status": "placed",
+        "reserved_s": None,
+        "placer": None,
+        "solver_status": None,
+        "raw_features": None,
     }
     last = rows[3]
     assert (last["rank"], last["priority"], last["placed"], last["nodes"], last["mode"]) == (
@@ -241,6 +248,9 @@ async def test_job_detail_explains_each_priority(seeded: Seeded) -> None:
         "bsld": pytest.approx(BSLD, rel=1e-12),
         "gpus": 1,
         "status": "completed",
+        "nodes": None,  # the seed's outcomes do not say where they ran
+        "node_gpus": None,
+        "gpu_type": None,
     }
     history = body["decisions"]
     for h in history:
@@ -263,6 +273,12 @@ async def test_job_detail_explains_each_priority(seeded: Seeded) -> None:
             "features": {"wait": 0.2, "gpus": 0.5},
             "latencies_ms": LATENCIES,
             "latency_ms": 4.0,
+            "score": None,
+            "placer_status": "waiting",
+            "reserved_s": None,
+            "placer": None,
+            "solver_status": None,
+            "raw_features": None,
             "started_job": False,
         },
         {
@@ -282,6 +298,12 @@ async def test_job_detail_explains_each_priority(seeded: Seeded) -> None:
             "features": {"wait": 0.0, "gpus": 0.5},
             "latencies_ms": LATENCIES,
             "latency_ms": 4.0,
+            "score": None,
+            "placer_status": "placed",
+            "reserved_s": None,
+            "placer": None,
+            "solver_status": None,
+            "raw_features": None,
             "started_job": True,
         },
     ]
@@ -362,7 +384,7 @@ async def test_unknown_model_is_404_bad_status_is_422(seeded: Seeded) -> None:
     assert body["detail"] == "no model version 'm-unknown'"
     body = await get(seeded.http, "/v1/models", 422, status="live")
     assert body["errors"][0]["parameter"] == "status"
-    assert "'candidate', 'current' or 'retired'" in body["detail"] and "(got 'live')" in body["detail"]
+    assert "'current', 'retired' or 'external'" in body["detail"] and "(got 'live')" in body["detail"]
     body = await get(seeded.http, "/v1/models/-bad", 422)
     assert "path parameter 'version': expected a model version" in body["detail"]
 

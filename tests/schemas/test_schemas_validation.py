@@ -69,7 +69,7 @@ def test_unknown_schema_version_is_refused_with_the_supported_ones() -> None:
     assert (
         "schema_version" in err.reason
         and "unsupported schema_version 99" in err.reason
-        and "[3, 4, 5, 6]" in err.reason
+        and "[3, 4, 5, 6, 7]" in err.reason
     )
 
 
