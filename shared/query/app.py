@@ -45,6 +45,7 @@ from shared.query.schemas import (
 from shared.query.settings import QuerySettings
 from shared.schemas.base import CLUSTER_PATTERN
 from shared.service.api_auth import ApiGuard, ApiSecuritySettings, api_guard
+from shared.service.api_docs import install_api_docs
 from shared.store.engine import create_engine
 from shared.store.migrate import current_revision, head_revision
 from shared.store.settings import StoreSettings
@@ -384,7 +385,10 @@ def create_app(
         ),
         openapi_tags=TAGS,
         lifespan=_lifespan(store),
+        docs_url=None,  # FastAPI's pages load their assets from a CDN: install_api_docs serves ours
+        redoc_url=None,
     )
+    install_api_docs(app)
     install(app)
     registry = _metrics(app)
     # registered in this order, which is also the order of the OpenAPI document's paths

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
+from shared.service.api_docs import install_api_docs
 from shared.service.metrics import ServiceMetrics
 
 Check = Callable[[], Awaitable[str | None]]
@@ -44,7 +45,13 @@ def create_app(
     description: str = "",
 ) -> FastAPI:
     """The FastAPI app of one service replica; ``checks`` return None when fine, else a problem."""
-    app = FastAPI(title=f"hylo {service}", description=description or f"Hylo {service} service")
+    app = FastAPI(
+        title=f"hylo {service}",
+        description=description or f"Hylo {service} service",
+        docs_url=None,  # FastAPI's pages load their assets from a CDN: install_api_docs serves ours
+        redoc_url=None,
+    )
+    install_api_docs(app)
 
     @app.get("/healthz", response_model=Health, summary="Liveness: the process serves HTTP")
     async def healthz() -> Health:
