@@ -147,8 +147,9 @@ class LocalStack:
     ) -> str:
         """Start ``nats-server`` with JetStream on a free port, storage in the workdir; returns its URL.
 
-        ``max_payload`` is raised from NATS' 1 MiB default to the bus' default message limit
-        (``HYLO_MAX_MESSAGE_BYTES``): a feature matrix embeds its snapshot of up to 1,024 jobs.
+        ``max_payload`` is raised from NATS' 1 MiB default to 8 MiB: a message above the server's
+        limit travels through the object store (``shared.bus.large``), one more write and read,
+        and the snapshots of a big cluster pass 1 MiB.
         ``includes``: configuration files inside the workdir to include (the authorization and TLS
         blocks of ``shared.bus.credentials``).
         """

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from shared.config import HyloBaseSettings
 from shared.schemas import validate_cluster_name
+from shared.schemas.limits import DEFAULT_MAX_JOBS
 
 #: Slurm's largest job priority (uint32, minus the INFINITE / NO_VAL markers)
 SLURM_MAX_PRIORITY = 4_294_967_293
@@ -107,7 +108,12 @@ class SlurmAdapterSettings(HyloBaseSettings):
         default=86_400.0, gt=0, description="runtime estimate of a job with no (or an infinite) time limit"
     )
     slurm_max_pending: int = Field(
-        default=4096, ge=1, le=1_000_000, description="pending jobs per snapshot (oldest first)"
+        default=DEFAULT_MAX_JOBS,
+        ge=1,
+        le=1_000_000,
+        description="pending jobs per snapshot (oldest first); the default is HYLO_MAX_JOBS' default, "
+        "what the pipeline accepts (a snapshot above the inline limit travels through the object "
+        "store, shared.bus.large)",
     )
     slurm_accounting: Literal["auto", "sacct", "none"] = Field(
         default="auto",

@@ -33,7 +33,7 @@ from shared.service.offload import run_stage, snapshot_rows
 
 
 async def build(ctx: ServiceContext) -> Wiring:
-    stage = FeaturizerStage(ctx.specs)
+    stage = FeaturizerStage(ctx.specs, limits=ctx.publisher.limits)
     fitting: set[str] = set()
 
     async def on_outcome(outcome: JobOutcome, _delivery: Delivery) -> None:

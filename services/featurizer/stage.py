@@ -41,7 +41,7 @@ from shared.features import (
 )
 from shared.prediction.online import LivePredictions, OnlinePredictor, Submissions
 from shared.prediction.predictor import PredictorSettings
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.messages import FeatureMatrix, JobOutcome
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import StageError
@@ -108,7 +108,7 @@ class FeaturizerStage:
         config: FeatureConfig | None = None,
         sampling: SamplingConfig | None = None,
         node_slack: int = 0,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         predictor: PredictorSettings | None = None,
     ) -> None:
         if node_slack < 0:
@@ -118,8 +118,8 @@ class FeaturizerStage:
         self.schema = FeatureSchema.current(self.config, sampling)
         self.schema_hash = self.schema.hash
         self.node_slack = node_slack
-        self.limits = limits
-        self._context = limits.context()
+        self.limits = limits_or_configured(limits)
+        self._context = self.limits.context()
         self.predictor_settings = predictor or PredictorSettings()
         self.predictors: dict[str, OnlinePredictor] = {}
         #: per cluster, the last featurized snapshot's views (what the status endpoint reports)

@@ -13,7 +13,10 @@ the replay is safe to repeat, and the letters remain the record of what went wro
 
 Which letters: those of a recorder durable (``RECORDED``) whose reason is not a rejection (a matrix
 of a cluster without a spec is refused again on every try: replaying it would store what the
-recorder refuses). Messages that failed validation are reported as undecodable.
+recorder refuses). Messages that failed validation are reported as undecodable. An original stored
+as a reference to the object store (a message larger than one NATS message, ``shared.bus.large``)
+is read back from the bucket, which keeps as long as the work streams (or less, when full); one no
+longer there is reported.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.placer.recorder import RECORDED, apply_record
 from shared.bus.browse import read_stream
+from shared.bus.large import LargePayloads, LargePayloadUnavailable
 from shared.bus.streams import stream_name
 from shared.schemas.base import Message
 from shared.schemas.codec import MessageError, decode
@@ -167,6 +171,10 @@ async def _replay_one(
     data = await _original(js, letter)
     if isinstance(data, str):
         return data
+    try:
+        data = await LargePayloads(js, subjects).resolve(data, limits.max_message_bytes)
+    except (MessageError, LargePayloadUnavailable) as err:
+        return f"its payload is unreadable: {str(err)[:200]}"
     try:
         message = decode(model, data, limits)
     except MessageError as err:

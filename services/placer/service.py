@@ -53,7 +53,11 @@ async def build(ctx: ServiceContext) -> Wiring:
         log.info("record-role replica: nice %d (HYLO_RECORDER_NICE=%d)", nice, settings.recorder_nice)
     placer_settings = SERVICE_SETTINGS.model_copy(update={"solve_when_all_fit": settings.cpsat_always_solve})
     stage = PlacerStage(
-        ctx.specs, placement=settings.placement, settings=placer_settings, config=settings.sim_config()
+        ctx.specs,
+        placement=settings.placement,
+        settings=placer_settings,
+        limits=ctx.publisher.limits,
+        config=settings.sim_config(),
     )
     engine = ctx.engine
     assert engine is not None, "the placer needs the database (needs_store=True)"
@@ -73,6 +77,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         settings.snapshot_cache,
         decode_ahead=ahead,
         prepare=stage.prepare,
+        large=ctx.publisher.large,
     )
     stale = Counter(
         "hylo_stale_vectors",
@@ -115,10 +120,10 @@ async def build(ctx: ServiceContext) -> Wiring:
         first), else read from the features stream by the sequence the vector names (this replica
         started later, missed it or evicted it)."""
         limits = ctx.publisher.limits
-        matrices.decode_waiting(missing.sha256)
+        await matrices.decode_named(missing.sha256)
         if RECEIVED.with_digest(missing.sha256, FeatureMatrix, limits) is not None:
             return True
-        return await fetch_stored(ctx.js, ctx.subjects, FeatureMatrix, missing, limits)
+        return await fetch_stored(ctx.js, ctx.subjects, FeatureMatrix, missing, limits, ctx.publisher.large)
 
     decide: list[Route[Any]] = [
         Route(
@@ -136,7 +141,13 @@ async def build(ctx: ServiceContext) -> Wiring:
     # every matrix is decoded as the featurizer publishes it, while the prioritizer works: its
     # vector, which nests it unchanged, then decodes without it (``shared.bus.ahead``)
     matrices = DecodeAhead(
-        ctx.nc, ctx.subjects, "features", FeatureMatrix, ctx.publisher.limits, decode_ahead=ahead
+        ctx.nc,
+        ctx.subjects,
+        "features",
+        FeatureMatrix,
+        ctx.publisher.limits,
+        decode_ahead=ahead,
+        large=ctx.publisher.large,
     )
     if role != "record" and mode != "off":  # off: a vector's snapshot is read from the stream
         await snapshots.start()

@@ -37,7 +37,7 @@ from shared.domain.jobs import WHOLE_GPU_MILLI
 from shared.placement import CpSatPlacer, PlacerSettings
 from shared.scheduling.state import Alloc
 from shared.schemas.columns import pick
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.messages import PlacementDecision, Placements, PriorityVector
 from shared.schemas.packed import FloatRows, empty_table
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
@@ -125,7 +125,7 @@ class PlacerStage:
         specs: Mapping[str, ClusterSpec],
         placement: Placement = "cp-sat",
         settings: PlacerSettings | None = None,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         config: SimConfig | None = None,
     ) -> None:
         if placement not in ("first-fit", "best-fit", "cp-sat"):
@@ -141,8 +141,8 @@ class PlacerStage:
                 "node_slack": self.settings.node_slack,
             }
         )
-        self.limits = limits
-        self._context = limits.context()
+        self.limits = limits_or_configured(limits)
+        self._context = self.limits.context()
 
     def spec_of(self, cluster: str) -> ClusterSpec:
         spec = self.specs.get(cluster)

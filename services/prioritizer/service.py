@@ -133,6 +133,7 @@ def _stages(
             specs=ctx.specs,
             limits=ctx.publisher.limits,
             snapshots=snapshot_of,
+            candidates=settings.model_candidates,
         )
 
     def prepare(snapshot: QueueSnapshot) -> None:
@@ -148,7 +149,13 @@ def _stages(
     # featurizer works; without a model none is received (the base policy needs none, and each
     # 0.5 MB copy would compete for the cores with the featurizer and the placer)
     snapshots = SnapshotCache(
-        ctx.nc, ctx.js, ctx.subjects, ctx.publisher.limits, decode_ahead=scoring, prepare=prepare
+        ctx.nc,
+        ctx.js,
+        ctx.subjects,
+        ctx.publisher.limits,
+        decode_ahead=scoring,
+        prepare=prepare,
+        large=ctx.publisher.large,
     )
 
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:

@@ -12,7 +12,8 @@ from shared.config import HyloBaseSettings
 
 class PrioritizerSettings(HyloBaseSettings):
     """``HYLO_DEADLINE_MS``, ``HYLO_SHADOW_DEADLINE_MS``, ``HYLO_MODEL_PATH``, ``HYLO_MODEL_TRUST``,
-    ``HYLO_MODEL_CONFIRM_S`` (and ``HYLO_MODEL_SIGNING_KEY``, ``shared.bus.signing``)."""
+    ``HYLO_MODEL_CONFIRM_S``, ``HYLO_MODEL_CANDIDATES`` (and ``HYLO_MODEL_SIGNING_KEY``,
+    ``shared.bus.signing``)."""
 
     deadline_ms: float = Field(
         default=50.0, gt=0, description="model inference budget; past it the base policy decides"
@@ -33,6 +34,14 @@ class PrioritizerSettings(HyloBaseSettings):
         description="what makes a model announcement believable: 'registry' (the prioritizer reads the "
         "registry in HYLO_DATABASE_URL and adopts only what it says) or 'signature' (no database; "
         "HYLO_MODEL_SIGNING_KEY required). With a key set, signatures are required in both modes",
+    )
+    model_candidates: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="how many jobs the model ranks: the first K of the queue in its base policy's order "
+        "(the rest follow in that order), so that a queue of 50,000 costs the model what K jobs "
+        "cost; 0 = the model's own window (its card's max_queue, what it was trained with)",
     )
     model_confirm_s: float = Field(
         default=5.0,

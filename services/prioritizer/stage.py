@@ -4,8 +4,9 @@
 it in training and evaluation (``shared.rl.policy``), greedy:
 
 1. the featurized jobs are laid out in the order of the base policy the model was trained with
-   (its card's ``base_policy``; ties by submit time, then matrix order), and the first
-   ``max_queue`` of them are the model's slots;
+   (its card's ``base_policy``; ties by submit time, then matrix order), and the first K of them
+   are the model's slots (the candidates): K is ``candidates`` (``HYLO_MODEL_CANDIDATES``), by
+   default the model's own window (its card's ``max_queue``, what it was trained with);
 2. their features: the matrix rows when the whole queue fits the window (the matrix was computed
    over exactly that queue); for a longer queue they are recomputed over the window's jobs alone
    from the matrix's snapshot (queue-relative features such as ``submit_time`` or ``user_share``
@@ -16,6 +17,13 @@ it in training and evaluation (``shared.rl.policy``), greedy:
 3. the feature sampler of the model's schema picks the observation columns from the state;
 4. ``ActorCritic.priorities`` orders the slots (score descending within its ``top_k``, then slot
    order); the jobs beyond the window follow in base order.
+
+Why a bounded window: the model's own cost (the window's features, the forward pass, the ranking)
+grows with K, not with the queue, so a queue of 50,000 jobs is scored in about the time of one of
+K; what grows with the queue is the base policy's keys and one sort (numpy, milliseconds). The price
+is that a job outside the first K in base order is never moved up by the model; the simulator's
+``LearnedPolicy`` makes the same cut (``max_queue``), and ``bench/big_queues.py --quality``
+measures what it costs against a model that ranks the whole queue (``docs/results/big-queues.md``).
 
 Step 2 for a long queue costs about as much as featurizing it again, so ``prepare`` does it for
 each snapshot as it arrives (the service calls it while the featurizer works): from the snapshot
@@ -66,7 +74,7 @@ from shared.policies.snapshot_keys import (
     priorities_from_keys,
     snapshot_keys,
 )
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.messages import FeatureMatrix, PriorityVector
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.schemas.stage_error import MAX_REASON, StageError
@@ -121,6 +129,8 @@ class PrioritizerStage:
     ``specs`` (cluster name -> spec) are needed by ``multifactor`` and for exact model features on
     queues longer than the model's window (module docstring); ``node_slack`` must then be the
     featurizer's. ``multifactor_weights`` and ``f1_origin_s`` parameterize those base policies.
+    ``candidates``: how many jobs, first in base order, the model ranks (0: its card's
+    ``max_queue``).
     """
 
     def __init__(
@@ -133,8 +143,9 @@ class PrioritizerStage:
         node_slack: int = 0,
         multifactor_weights: MultifactorWeights | None = None,
         f1_origin_s: float = 0.0,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         snapshots: SnapshotSource | None = None,
+        candidates: int = 0,
     ) -> None:
         try:
             check_policy(base_policy)
@@ -142,6 +153,9 @@ class PrioritizerStage:
             raise ValueError(str(err)) from None
         if not deadline_ms > 0:
             raise ValueError("deadline_ms must be > 0")
+        if candidates < 0:
+            raise ValueError("candidates must be >= 0 (0: the model's own window)")
+        self.candidates = candidates
         self.base_policy = base_policy
         self.deadline_ms = deadline_ms
         self.holder = holder or ModelHolder()
@@ -150,10 +164,14 @@ class PrioritizerStage:
         self.weights = multifactor_weights or MultifactorWeights()
         self.f1_origin_s = f1_origin_s
         self.snapshots = snapshots
-        self._context = limits.context()
+        self._context = limits_or_configured(limits).context()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hylo-model")
         self._inflight: concurrent.futures.Future[Scored] | None = None
         self._windows: OrderedDict[tuple[str, str], PreparedWindow] = OrderedDict()
+
+    def window(self, loaded: LoadedModel) -> int:
+        """How many jobs, first in base order, ``loaded`` ranks: ``candidates``, else its window."""
+        return self.candidates or loaded.max_queue
 
     def close(self) -> None:
         """Stop the model thread (after the call in flight, if any)."""
@@ -167,17 +185,17 @@ class PrioritizerStage:
         """
         loaded = self.holder.loaded
         spec = self.specs.get(snapshot.cluster)
-        if loaded is None or spec is None or len(snapshot.pending) <= loaded.max_queue:
+        if loaded is None or spec is None or len(snapshot.pending) <= self.window(loaded):
             return
         try:
             binding = bind_pending(snapshot.pending, spec, self.node_slack)
             jobs = snapshot.pending.take(binding.kept)
-            if len(jobs) <= loaded.max_queue:
+            if len(jobs) <= self.window(loaded):
                 return
             base_keys = self._keys(self.base_policy, jobs, snapshot.time, spec)
             model_keys = self._model_base_keys(loaded, jobs, snapshot.time, spec, base_keys)
             submit = np.array(jobs.submit_s, dtype=np.float64).reshape(len(jobs))
-            head = base_order(model_keys, submit)[: loaded.max_queue]
+            head = base_order(model_keys, submit)[: self.window(loaded)]
             values = self._window_from_snapshot(loaded, jobs.job_id, head, spec, snapshot)
         except (StageError, _Unusable, KeyError, ValueError):
             return
@@ -283,12 +301,12 @@ class PrioritizerStage:
             return None, "model busy: an earlier call is still running past its deadline"
         model_keys = self._model_base_keys(loaded, jobs, matrix.snapshot_time, spec, base_keys)
         snapshot: QueueSnapshot | None = None
-        if len(jobs) > loaded.max_queue and spec is not None:  # the window's features need the snapshot
+        if len(jobs) > self.window(loaded) and spec is not None:  # the window's features need the snapshot
             snapshot = await self.snapshots(matrix) if self.snapshots is not None else None
             if snapshot is None:
                 return None, (
                     f"snapshot {matrix.correlation_id} unavailable: the features of the model's "
-                    f"{loaded.max_queue}-job window of a {len(jobs)}-job queue need it"
+                    f"{self.window(loaded)}-job window of a {len(jobs)}-job queue need it"
                 )
         left = deadline_s - (time.perf_counter() - t0)
         if left <= 0:
@@ -320,7 +338,7 @@ class PrioritizerStage:
         (worker thread; module docstring)."""
         n = len(matrix.job_ids)
         order = base_order(model_keys, submit)
-        head = order[: loaded.max_queue]
+        head = order[: self.window(loaded)]
         ready = self._windows.pop((matrix.cluster, matrix.correlation_id), None)
         if (
             ready is not None

@@ -7,6 +7,7 @@ letters for invalid input, trace propagation) live here once. See ``docs/message
 
 from shared.bus.connection import connect
 from shared.bus.consumer import Consumer, ConsumerStats, Delivery, Handler
+from shared.bus.large import LargePayloads, LargePayloadUnavailable, LargeRef
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher, PublishResult
 from shared.bus.settings import BusSettings
 from shared.bus.streams import StreamPlan, create_streams, ensure_streams, stream_name, stream_plans
@@ -20,6 +21,9 @@ __all__ = [
     "ConsumerStats",
     "Delivery",
     "Handler",
+    "LargePayloadUnavailable",
+    "LargePayloads",
+    "LargeRef",
     "PublishResult",
     "Publisher",
     "StreamPlan",

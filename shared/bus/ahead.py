@@ -13,6 +13,10 @@ the replica restarted) is read from the features stream by the sequence the vect
 (``fetch_stored``, the placer's consumer calls it), or, for a vector that nests its matrix, decoded
 with the vector. Only the newest matrix of each cluster is decoded (one published while an older one
 waits supersedes it), so a burst costs no more than the vectors that follow it.
+
+A matrix larger than one NATS message arrives as a reference to the object store (``shared.bus
+.large``): it is read back and checked when its turn to be decoded comes, and the digest a vector
+names is the whole matrix's, whichever way it travelled.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from shared.bus.large import LargePayloads, LargePayloadUnavailable, is_reference, parse_reference
 from shared.bus.streams import stream_name
 from shared.schemas.base import Message
 from shared.schemas.codec import RECEIVED, MessageError, MissingReference, decode
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.subjects import KINDS, Kind, SubjectError, Subjects
 
 __all__ = ["DecodeAhead", "DecodeAheadStats", "fetch_stored"]
@@ -65,8 +70,9 @@ class DecodeAhead(Generic[M]):
         subjects: Subjects,
         kind: Kind,
         model: type[M],
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         decode_ahead: Callable[[], bool] | None = None,
+        large: LargePayloads | None = None,
     ) -> None:
         if not getattr(model, "KEEP_RECEIVED_JSON", False):
             raise ValueError(f"{model.__name__} does not keep its received JSON: nothing to decode ahead")
@@ -74,11 +80,14 @@ class DecodeAhead(Generic[M]):
         self.subjects = subjects
         self.kind = kind
         self.model = model
-        self.limits = limits
+        self.limits = limits_or_configured(limits)
+        self.large = large or LargePayloads(nc.jetstream(), subjects)
         #: whether to decode as messages arrive (else they wait, raw, until one is named)
         self.decode_ahead = decode_ahead or (lambda: True)
         self.stats = DecodeAheadStats()
         self._waiting: dict[str, bytes] = {}
+        #: references being read from the object store now, by the digest of the message
+        self._reading: dict[str, asyncio.Event] = {}
         self._sub: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -109,22 +118,54 @@ class DecodeAhead(Generic[M]):
 
     def decode_waiting(self, sha256: str | None = None) -> None:
         """Decode now what waits (only the message whose bytes have ``sha256``, when given): a
-        message naming it arrived before its turn came."""
+        message naming it arrived before its turn came. A reference to the object store cannot be
+        read here (``decode_named`` reads it): it stays waiting."""
         for cluster, data in list(self._waiting.items()):
-            if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            if is_reference(data) or (sha256 is not None and _digest(data) != sha256):
                 continue
             del self._waiting[cluster]
-            self._decode(cluster, data)
+            self._decode_whole(cluster, data)
+
+    async def decode_named(self, sha256: str) -> None:
+        """Decode now the message whose whole bytes have ``sha256``, if it waits (inline or as a
+        reference to the object store) or is being read: a message naming it arrived first."""
+        reading = self._reading.get(sha256)
+        if reading is not None:
+            await reading.wait()
+            return
+        for cluster, data in list(self._waiting.items()):
+            if _digest(data) == sha256 and self._waiting.get(cluster) is data:
+                del self._waiting[cluster]
+                await self._decode(cluster, data)
+                return
 
     async def _drain(self) -> None:
         """Decode what waits, one message at a time, letting other work run in between (and stop
         when ``decode_ahead`` says so: the rest waits until named)."""
         while self._waiting and self.decode_ahead():
             cluster = next(iter(self._waiting))
-            self._decode(cluster, self._waiting.pop(cluster))
+            await self._decode(cluster, self._waiting.pop(cluster))
             await asyncio.sleep(0)
 
-    def _decode(self, cluster: str, data: bytes) -> None:
+    async def _decode(self, cluster: str, data: bytes) -> None:
+        """Read a reference's payload (``shared.bus.large``), then decode it."""
+        if not is_reference(data):
+            self._decode_whole(cluster, data)
+            return
+        digest = _digest(data)
+        done = self._reading.setdefault(digest, asyncio.Event())
+        try:
+            whole = await self.large.resolve(data, self.limits.max_message_bytes)
+        except (MessageError, LargePayloadUnavailable) as err:  # the naming message's consumer
+            self.stats.invalid += 1  # reads it itself, and reports it
+            log.debug("%s of %s not read ahead: %s", self.kind, cluster, err)
+        else:
+            self._decode_whole(cluster, whole)
+        finally:
+            self._reading.pop(digest, None)
+            done.set()
+
+    def _decode_whole(self, cluster: str, data: bytes) -> None:
         try:
             message = decode(self.model, data, self.limits)
             RECEIVED.digest_of(message)  # what a vector's reference is matched against
@@ -135,15 +176,28 @@ class DecodeAhead(Generic[M]):
             self.stats.decoded += 1
 
 
+def _digest(data: bytes) -> str:
+    """The sha256 of the whole message ``data`` is or refers to (a reference carries it)."""
+    if is_reference(data):
+        try:
+            return parse_reference(data).sha256
+        except MessageError:
+            return ""
+    return hashlib.sha256(data).hexdigest()
+
+
 async def fetch_stored(
     js: JetStreamContext,
     subjects: Subjects,
     model: type[Message],
     missing: MissingReference,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: Limits | None = None,
+    large: LargePayloads | None = None,
 ) -> bool:
     """Read the message ``missing`` names from its stream and decode it as ``model`` (so that the
     message naming it decodes next: ``decode`` remembers it); False if the stream no longer holds it.
+    A stored reference to the object store is read back (``shared.bus.large``) and the digest
+    checked on the whole message.
 
     MessageError if the stored message is not the one named (another sha256: a stream re-created
     since) or is invalid. Other errors (the server unreachable) propagate: the consumer then leaves
@@ -159,8 +213,10 @@ async def fetch_stored(
         return False
     if stored.data is None:
         return False
-    digest = hashlib.sha256(stored.data).hexdigest()
+    limits = limits_or_configured(limits)
+    data = await (large or LargePayloads(js, subjects)).resolve(stored.data, limits.max_message_bytes)
+    digest = hashlib.sha256(data).hexdigest()
     if digest != missing.sha256:
         raise MessageError(f"{stream} sequence {missing.seq} has sha256 {digest[:16]}..., another message")
-    decode(model, stored.data, limits)
+    decode(model, data, limits)
     return True

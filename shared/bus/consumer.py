@@ -45,6 +45,11 @@ The guarantees, and how each is obtained:
   ``shared.schemas.codec.MissingReference``) decodes only where that one was received; with
   ``fetch_missing`` the consumer fetches it (from its stream) and decodes again, and a message whose
   reference is nowhere to be had is dead-lettered with the reason.
+- **Large payloads.** A message stored as a reference to the object store (``shared.bus.large``)
+  is read back and checked before it is decoded; a reference whose object is missing, incomplete or
+  corrupt is dead-lettered with the reason, one the server did not answer for is sent back with
+  ``nak_delay_s`` (dead-lettered at its last delivery). Acks, redelivery and latest-wins apply to
+  the reference as to any message.
 - **Tracing.** Each handled message runs inside a CONSUMER span whose parent is the trace context
   found in its headers, so spans of all services for one snapshot form one trace.
 """
@@ -56,7 +61,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -68,6 +73,7 @@ from nats.js.errors import NotFoundError
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from shared.bus.large import LargePayloadUnavailable
 from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
 from shared.bus.sequence import JumpGuard
 from shared.bus.settings import BusSettings, retry_delays
@@ -132,6 +138,10 @@ class _Decoded(Generic[M]):
     msg: Msg
     message: M | None
     error: MessageError | None
+    #: the whole payload (the object-store payload a reference names, resolved)
+    data: bytes = b""
+    #: why the payload could not be read now (the server did not answer): retried
+    unavailable: str | None = None
 
 
 class Consumer(Generic[M]):
@@ -173,6 +183,7 @@ class Consumer(Generic[M]):
         self.handler = handler
         self.settings = settings
         self.limits = publisher.limits
+        self.large = publisher.large
         self.filter_subject = (
             self.subjects.of(cluster, kind) if cluster is not None else self.subjects.all_clusters(kind)
         )
@@ -287,15 +298,21 @@ class Consumer(Generic[M]):
             )
         except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either when idle
             return 0
-        decoded = [self._decode(m) for m in msgs]
-        if self.fetch_missing is not None:
-            decoded = [await self._with_reference(d) for d in decoded]
-        if self.latest_wins:
-            decoded = self._bounded(decoded)
-        await self._process_in_turn(decoded)
+        if self.latest_wins:  # the batch's newest keys decide what is stale: decode it all first
+            decoded = [await self._prepared(m) for m in msgs]
+            await self._process_in_turn(self._bounded(decoded))
+        else:  # each message decoded when its turn comes: a batch of big ones is never all in memory
+            await self._process_in_turn(msgs)
         return len(msgs)
 
-    async def _process_in_turn(self, decoded: list[_Decoded[M]]) -> None:
+    async def _prepared(self, msg: Msg) -> _Decoded[M]:
+        """``msg`` read (its large payload resolved), decoded, and its reference fetched if needed."""
+        d = await self._read(msg)
+        if self.fetch_missing is not None:
+            d = await self._with_reference(d)
+        return d
+
+    async def _process_in_turn(self, items: Sequence[_Decoded[M] | Msg]) -> None:
         """Handle a fetched batch one message after another, keeping the waiting ones' leases alive.
 
         JetStream's ack wait runs for every message of a batch from its delivery, but the batch is
@@ -308,13 +325,24 @@ class Consumer(Generic[M]):
         renew_after = self.settings.ack_wait_s / 2
         renewed = time.monotonic()
         down: BaseException | None = None  # the dependency's error, once a message of this batch met it
-        for i, d in enumerate(decoded):
+        for i, item in enumerate(items):
             if time.monotonic() - renewed >= renew_after:
-                for waiting in decoded[i:]:
+                for waiting in items[i:]:
                     with contextlib.suppress(Exception):  # a lost renewal only risks a redelivery
-                        await waiting.msg.in_progress()
+                        await (waiting.msg if isinstance(waiting, _Decoded) else waiting).in_progress()
                 renewed = time.monotonic()
+            d = item if isinstance(item, _Decoded) else await self._prepared(item)
             down = await self._process(d, down)
+
+    async def _read(self, msg: Msg) -> _Decoded[M]:
+        """``msg`` decoded, after its large payload (if it is a reference) was read and checked."""
+        try:
+            data = await self.large.resolve(msg.data, self.limits.max_message_bytes)
+        except MessageError as err:
+            return _Decoded(msg, None, err)
+        except LargePayloadUnavailable as err:
+            return _Decoded(msg, None, None, unavailable=str(err))
+        return self._decode(msg, data)
 
     async def _with_reference(self, d: _Decoded[M]) -> _Decoded[M]:
         """``d`` decoded again once the message it names by reference was fetched; as it was if that
@@ -335,13 +363,13 @@ class Consumer(Generic[M]):
         if not fetched:
             return _Decoded(d.msg, None, MessageError(f"{d.error.reason}, nor in its stream"))
         self.stats.fetched_references += 1
-        return self._decode(d.msg)
+        return self._decode(d.msg, d.data)
 
-    def _decode(self, msg: Msg) -> _Decoded[M]:
+    def _decode(self, msg: Msg, data: bytes) -> _Decoded[M]:
         try:
-            message = decode(self.model, msg.data, self.limits)
+            message = decode(self.model, data, self.limits)
         except MessageError as err:
-            return _Decoded(msg, None, err)
+            return _Decoded(msg, None, err, data)
         try:
             cluster, _ = self.subjects.parse(msg.subject)
         except SubjectError as err:
@@ -350,10 +378,10 @@ class Consumer(Generic[M]):
             reason = f"message for cluster {message.cluster!r} on subject of cluster {cluster!r}"
             return _Decoded(msg, None, MessageError(reason))
         if self.verify is not None:
-            refused = self.verify(msg.subject, dict(msg.headers or {}), msg.data)
+            refused = self.verify(msg.subject, dict(msg.headers or {}), data)
             if refused is not None:
                 return _Decoded(msg, None, MessageError(f"refused: {refused}"))
-        return _Decoded(msg, message, None)
+        return _Decoded(msg, message, None, data)
 
     def _key(self, message: M) -> tuple[Any, ...] | None:
         key = getattr(message, "latest_key", None)
@@ -389,6 +417,9 @@ class Consumer(Generic[M]):
         one goes back with its delay without being tried."""
         msg = d.msg
         meta = msg.metadata
+        if d.unavailable is not None:
+            await self._unreadable(msg, d.unavailable)
+            return down
         if d.message is None:
             assert d.error is not None
             await self._dead(msg, d.error.reason, d.error.errors)
@@ -446,6 +477,15 @@ class Consumer(Generic[M]):
         self._last_seq = max(self._last_seq, meta.sequence.stream)
         self._available()
         return None
+
+    async def _unreadable(self, msg: Msg, why: str) -> None:
+        """A large payload the server did not hand over: back after ``nak_delay_s``, dead-lettered at
+        the last delivery (never dropped by the server's ``max_deliver``)."""
+        if msg.metadata.num_delivered >= self.settings.max_deliver:
+            await self._dead(msg, f"payload unreadable after {msg.metadata.num_delivered} deliveries: {why}")
+            return
+        self.stats.handler_errors += 1
+        await msg.nak(delay=self.settings.nak_delay_s)
 
     async def _retry_later(self, msg: Msg, err: BaseException) -> None:
         """A dependency is unavailable: the message goes back to JetStream with its back-off delay,

@@ -16,6 +16,11 @@ What is granted, and why it is shaped so:
   the admin's alone (``hylo bus init``); the other roles wait for the streams.
 - **subscribe**: reply inboxes and the subjects of the streams the role reads (the snapshot cache
   and decode-ahead read snapshots and matrices as core NATS messages).
+- **large payloads** (``shared.bus.large``): every role but the trainer's may write objects into the
+  root's bucket (its chunk and info subjects) and read them (direct gets, the info of the bucket's
+  stream). Object names are not per cluster or kind, so a role can only be kept out of the bucket
+  as a whole: what a forged object can do is bounded by the reference that names it, which carries
+  the whole payload's sha256 (a forged or overwritten object is dead-lettered as corrupt).
 The admin identity (operators, ``hylo models``, ``hylo deadletters``, ``hylo bus init``) may do
 everything.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from shared.bus.streams import stream_name
+from shared.bus.streams import large_bucket, large_stream, stream_name
 from shared.schemas.subjects import KINDS, Kind, Subjects, validate_cluster_name
 
 Role = Literal["admin", "adapter", "featurizer", "prioritizer", "placer", "trainer"]
@@ -108,6 +113,19 @@ def _stream_api(stream: str) -> list[str]:
     ]
 
 
+def _large_api(subjects: Subjects) -> list[str]:
+    """Writing and reading the root's object-store bucket (``shared.bus.large``)."""
+    bucket, stream = large_bucket(subjects), large_stream(subjects)
+    return [
+        f"$O.{bucket}.C.>",
+        f"$O.{bucket}.M.>",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+    ]
+
+
 def permissions(identity: Identity, subjects: Subjects) -> Permissions:
     """The permissions of ``identity`` in the namespace ``subjects``."""
     if identity.role == "admin":
@@ -123,6 +141,8 @@ def permissions(identity: Identity, subjects: Subjects) -> Permissions:
         else:
             subscribe.append(subjects.all_clusters(kind))
     publish += [subjects.all_clusters(kind) for kind in WRITES[identity.role]]
+    if identity.role != "trainer":  # the trainer announces models: small, and it reads no big kind
+        publish += _large_api(subjects)
     for cluster in identity.clusters:
         publish += [subjects.of(cluster, kind) for kind in ADAPTER_WRITES]
         events = f"{subjects.prefix}.{cluster}.{EVENTS}"

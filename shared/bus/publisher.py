@@ -4,6 +4,10 @@ Why deterministic ids: ``Nats-Msg-Id`` is what JetStream deduplicates on (within
 duplicate window). A service that crashes after publishing but before acking its input redoes the
 work after redelivery and publishes the same message again: with an id derived from the content's
 identity (kind, cluster, correlation id; job id for outcomes) the second copy is dropped by the server.
+
+A message whose encoding passes the inline limit (the server's ``max_payload``, less room for the
+headers) is stored in the object store and its reference published in its place, under the same
+id and headers (``shared.bus.large``); readers resolve the reference transparently.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from nats.js.errors import NoStreamResponseError
 from opentelemetry import trace
 from pydantic import BaseModel
 
+from shared.bus.large import LargePayloads
 from shared.bus.signing import HEADER_SIGNATURE, Signer
 from shared.bus.tracing import inject_headers
 from shared.schemas.codec import encode
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.subjects import KINDS, Kind, Subjects
 
 HEADER_MSG_ID = "Nats-Msg-Id"
@@ -74,17 +79,20 @@ class Publisher:
         self,
         js: JetStreamContext,
         subjects: Subjects,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         tracer: trace.Tracer | None = None,
         timeout_s: float = 20.0,
         signer: Signer | None = None,
         attempt_s: float = 2.0,
+        large: LargePayloads | None = None,
     ) -> None:
         self.js = js
+        #: where payloads above the inline limit go (and how consumers of this publisher read them)
+        self.large = large or LargePayloads(js, subjects)
         #: signs the messages of its kinds (model announcements) when a signing key is configured
         self.signer = signer
         self.subjects = subjects
-        self.limits = limits
+        self.limits = limits_or_configured(limits)
         self.tracer = tracer or trace.get_tracer("hylo.bus")
         #: how long a publish may wait for JetStream's ack in all (a leader election included)
         self.timeout_s = timeout_s
@@ -93,7 +101,8 @@ class Publisher:
 
     async def publish(self, message: Publishable, headers: dict[str, str] | None = None) -> PublishResult:
         """Encode (size-checked), attach id, correlation and trace headers (and a signature for the
-        signer's kinds), publish, await the ack."""
+        signer's kinds, over the whole payload), publish (a reference to the payload when it passes
+        the inline limit, ``shared.bus.large``), await the ack."""
         kind = kind_of(message)
         subject = self.subjects.of(message.cluster, kind)
         payload = encode_any(message, self.limits)
@@ -108,6 +117,9 @@ class Publisher:
             inject_headers(hdrs)
             if self.signer is not None and kind in self.signer.kinds:
                 hdrs[HEADER_SIGNATURE] = self.signer.sign(subject, payload)
+            if len(payload) > self.large.inline_max():
+                span.set_attribute("hylo.large_payload_bytes", len(payload))
+                payload = await self.large.offload(kind, message.cluster, payload)
             ack = await self._publish_acked(subject, payload, hdrs)
         return PublishResult(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate), subject=subject)
 

@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from shared.config import HyloBaseSettings
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, LimitSettings
 
 
-class BusSettings(HyloBaseSettings):
-    """NATS connection and JetStream policy shared by every service."""
+class BusSettings(LimitSettings):
+    """NATS connection and JetStream policy shared by every service, and the message limits
+    (``LimitSettings``: ``HYLO_MAX_JOBS``, ``HYLO_MAX_MESSAGE_BYTES``, ...) every service decodes
+    under."""
 
     model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")
 
@@ -110,30 +111,17 @@ class BusSettings(HyloBaseSettings):
         "to it): the most a write waits after the dependency is back",
     )
     max_ack_pending: int = Field(default=1000, ge=1)
-    max_message_bytes: int = Field(
-        default=8 << 20,
-        ge=1024,
-        description="largest message published or accepted (also capped by the server's max_payload; "
-        "an openb snapshot of 1,024 jobs on 1,213 nodes needs more than NATS' default 1 MiB)",
+    large_payload_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="a message whose encoding is larger travels through the JetStream object store "
+        "(shared.bus.large), a small reference in its stream; 0 = the server's max_payload less "
+        "16 KiB for the headers",
     )
-    max_jobs: int = Field(
-        default=DEFAULT_LIMITS.max_jobs,
-        ge=1,
-        description="pending jobs a snapshot (and every message downstream of it) may hold",
-    )
-    max_running: int = Field(
-        default=DEFAULT_LIMITS.max_running, ge=1, description="running jobs per snapshot"
-    )
-    max_nodes: int = Field(default=DEFAULT_LIMITS.max_nodes, ge=1, description="node states per snapshot")
-    max_table_bytes: int = Field(
-        default=DEFAULT_LIMITS.max_table_bytes,
-        ge=1024,
-        description="decoded bytes of one packed table, checked from its header before inflating",
-    )
-    max_inflate_ratio: int = Field(
-        default=DEFAULT_LIMITS.max_inflate_ratio,
-        ge=1,
-        description="declared bytes of a deflated table per deflated byte (deflate's ceiling is 1032)",
+    large_chunk_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="bytes per object-store chunk of such a message; 0 = the same as the inline limit",
     )
     max_sequence_jump: int = Field(
         default=10**9,
@@ -148,21 +136,16 @@ class BusSettings(HyloBaseSettings):
     fetch_timeout_s: float = Field(default=0.5, gt=0)
 
 
-def message_limits(settings: BusSettings, max_payload: int) -> Limits:
-    """The limits messages are decoded under: the settings' sizes and counts, the message size
-    also capped by the server's ``max_payload`` (a bigger message could not travel anyway).
+def message_limits(settings: BusSettings, max_payload: int | None = None) -> Limits:
+    """The limits messages are decoded under: the settings' sizes and counts.
 
-    Why settings: a site with 20,000 pending jobs raises ``HYLO_MAX_JOBS`` (with the server's
-    max_payload and ``HYLO_MAX_MESSAGE_BYTES``) without a code change; every service, the replay
-    and the CLI build their limits here, so they all agree."""
-    return Limits(
-        max_message_bytes=min(settings.max_message_bytes, max_payload),
-        max_jobs=settings.max_jobs,
-        max_running=settings.max_running,
-        max_nodes=settings.max_nodes,
-        max_table_bytes=settings.max_table_bytes,
-        max_inflate_ratio=settings.max_inflate_ratio,
-    )
+    Why settings: a site with 20,000 pending jobs raises ``HYLO_MAX_JOBS`` without a code change;
+    every service, the replay and the CLI build their limits here, so they all agree. The server's
+    ``max_payload`` (``max_payload``, kept for the callers that pass it) no longer caps the message
+    size: a message above it travels through the object store (``shared.bus.large``), and
+    ``max_message_bytes`` bounds it whole."""
+    del max_payload
+    return settings.limits()
 
 
 def retry_delays(settings: BusSettings) -> list[float]:

@@ -18,6 +18,10 @@ limits) and must carry the correlation id asked for.
 ``take_prepared``: the placer builds the cluster state and the running jobs' release profile of a
 snapshot there, while the featurizer and the prioritizer work, so that only the walk over the ranked
 queue is left when the priorities arrive.
+
+A snapshot larger than one NATS message arrives as a reference to the object store (``shared.bus
+.large``); the cache keeps the reference and reads the snapshot back (checking its digest) when it
+decodes it, ahead or on demand.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from shared.bus.large import LargePayloads, LargePayloadUnavailable
 from shared.bus.publisher import HEADER_CORRELATION
 from shared.bus.streams import stream_name
 from shared.schemas.codec import MessageError, decode
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 from shared.schemas.snapshot import QueueSnapshot
 from shared.schemas.subjects import SubjectError, Subjects
 
@@ -67,6 +72,8 @@ class _Entry:
     raw: bytes | None
     snapshot: QueueSnapshot | None = None
     prepared: Any = None
+    #: set while the snapshot is read and decoded (a large one is read from the object store first)
+    decoding: asyncio.Event | None = None
 
 
 @dataclass
@@ -87,17 +94,19 @@ class SnapshotCache:
         nc: Client,
         js: JetStreamContext,
         subjects: Subjects,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         per_cluster: int = 4,
         decode_ahead: Callable[[], bool] | None = None,
         prepare: Callable[[QueueSnapshot], Any] | None = None,
+        large: LargePayloads | None = None,
     ) -> None:
         if per_cluster < 1:
             raise ValueError("per_cluster must be >= 1")
         self.nc = nc
         self.js = js
         self.subjects = subjects
-        self.limits = limits
+        self.limits = limits_or_configured(limits)
+        self.large = large or LargePayloads(js, subjects)
         self.per_cluster = per_cluster
         self.decode_ahead = decode_ahead or (lambda: True)
         self.prepare = prepare
@@ -164,7 +173,7 @@ class SnapshotCache:
             if (
                 entry.snapshot is None
                 and entry.raw is not None
-                and self._decode(cluster, correlation, entry) is not None
+                and await self._decode(cluster, correlation, entry) is not None
             ):
                 self.stats.decoded_ahead += 1
                 await asyncio.sleep(0)  # a message that arrived meanwhile goes first
@@ -182,20 +191,28 @@ class SnapshotCache:
             return
         self.stats.prepared_ahead += 1
 
-    def _decode(self, cluster: str, correlation: str, entry: _Entry) -> QueueSnapshot | None:
+    async def _decode(self, cluster: str, correlation: str, entry: _Entry) -> QueueSnapshot | None:
         raw, entry.raw = entry.raw, None
         if raw is None:
+            if entry.decoding is not None:  # being read already: wait for it, do not read it twice
+                await entry.decoding.wait()
             return entry.snapshot
-        snapshot = self._checked(raw, cluster, correlation)
-        entry.snapshot = snapshot
+        entry.decoding = asyncio.Event()
+        try:
+            snapshot = await self._checked(raw, cluster, correlation)
+            entry.snapshot = snapshot
+        finally:
+            entry.decoding.set()
+            entry.decoding = None
         return snapshot
 
-    def _checked(self, raw: bytes, cluster: str, correlation: str) -> QueueSnapshot | None:
+    async def _checked(self, raw: bytes, cluster: str, correlation: str) -> QueueSnapshot | None:
         try:
-            snapshot = decode(QueueSnapshot, raw, self.limits)
-        except MessageError as err:
+            whole = await self.large.resolve(raw, self.limits.max_message_bytes)
+            snapshot = decode(QueueSnapshot, whole, self.limits)
+        except (MessageError, LargePayloadUnavailable) as err:
             self.stats.invalid += 1
-            log.warning("snapshot %s of %s is invalid: %s", correlation, cluster, err.reason)
+            log.warning("snapshot %s of %s is unusable: %s", correlation, cluster, err)
             return None
         if snapshot.cluster != cluster or snapshot.correlation_id != correlation:
             self.stats.invalid += 1
@@ -226,9 +243,9 @@ class SnapshotCache:
             if entry.snapshot is not None:
                 self.stats.hits += 1
                 return entry.snapshot
-            if entry.raw is not None:
+            if entry.raw is not None or entry.decoding is not None:
                 self.stats.decoded_on_demand += 1
-                return self._decode(cluster, correlation_id, entry)
+                return await self._decode(cluster, correlation_id, entry)
         if stream_seq is None:
             self.stats.missing += 1
             return None
@@ -241,4 +258,4 @@ class SnapshotCache:
             self.stats.missing += 1
             return None
         self.stats.fetched += 1
-        return self._checked(stored.data, cluster, correlation_id)
+        return await self._checked(stored.data, cluster, correlation_id)

@@ -16,6 +16,13 @@ reserve ``stream_root_max_bytes`` together (4 GiB by default: four roots fit the
 shared by ``STREAM_SHARES`` (bulky matrices and decisions get most; snapshots keep one message per
 cluster, model announcements are tiny), each at most ``stream_max_bytes`` (``dead_max_bytes`` for
 dead letters). A server that still cannot reserve them gets an error naming the settings to change.
+
+The root's object-store bucket (``<ROOT>_LARGE``, stream ``OBJ_<ROOT>_LARGE``: messages larger than
+one NATS message, ``shared.bus.large``) is one more stream of the root, with its share of the same
+budget (``large``, the biggest: it holds the whole snapshots, matrices and decisions of big queues
+while their streams hold references). It is created with the others, so ``hylo bus init`` creates
+it for identities that may not, and like them it keeps ``stream_max_age_s`` and discards the oldest
+bytes when full: an object discarded before a reader got to it is dead-lettered by that reader.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -32,16 +40,22 @@ from shared.bus.connection import connect
 from shared.bus.settings import BusSettings
 from shared.schemas.subjects import KINDS, Kind, Subjects
 
-#: each stream's share of a subject root's storage budget (``BusSettings.stream_root_max_bytes``)
-STREAM_SHARES: dict[Kind, float] = {
-    "snapshots": 0.10,
-    "features": 0.25,
-    "priorities": 0.10,
-    "placements": 0.25,
+#: the object-store bucket of a subject root (``shared.bus.large``), stored beside the kinds' streams
+LARGE: Final = "large"
+Stored = Kind | Literal["large"]
+
+#: each stream's share of a subject root's storage budget (``BusSettings.stream_root_max_bytes``);
+#: the bucket's is the largest: big queues' snapshots, matrices and decisions are stored there whole
+STREAM_SHARES: dict[Stored, float] = {
+    "snapshots": 0.06,
+    "features": 0.18,
+    "priorities": 0.08,
+    "placements": 0.18,
     "outcomes": 0.08,
     "models": 0.02,
-    "shadows": 0.10,
-    "dead": 0.10,
+    "shadows": 0.06,
+    "dead": 0.09,
+    LARGE: 0.25,
 }
 
 
@@ -49,7 +63,7 @@ class StreamStorageError(RuntimeError):
     """The server cannot reserve a stream's storage: its limits and Hylo's budget disagree."""
 
 
-def stream_max_bytes(kind: Kind, settings: BusSettings) -> int:
+def stream_max_bytes(kind: Stored, settings: BusSettings) -> int:
     """The ``max_bytes`` of ``kind``'s stream: its share of the root's budget, at most its own cap."""
     cap = settings.dead_max_bytes if kind == "dead" else settings.stream_max_bytes
     return max(1 << 20, min(cap, int(settings.stream_root_max_bytes * STREAM_SHARES[kind])))
@@ -60,11 +74,22 @@ def stream_name(subjects: Subjects, kind: Kind) -> str:
     return f"{subjects.root}_{kind}".upper().replace("-", "_")
 
 
+def large_bucket(subjects: Subjects) -> str:
+    """The object-store bucket of a subject root: ``HYLO_LARGE`` for the default root."""
+    return f"{subjects.root}_{LARGE}".upper().replace("-", "_")
+
+
+def large_stream(subjects: Subjects) -> str:
+    """The stream behind that bucket (the object store's naming: ``OBJ_<bucket>``)."""
+    return f"OBJ_{large_bucket(subjects)}"
+
+
 @dataclass(frozen=True)
 class StreamPlan:
-    """The stream a kind of message is stored in, and its configuration."""
+    """The stream a kind of message (or the root's object-store bucket) is stored in, and its
+    configuration."""
 
-    kind: Kind
+    kind: Stored
     config: StreamConfig
 
 
@@ -89,7 +114,29 @@ def stream_plans(subjects: Subjects, settings: BusSettings) -> list[StreamPlan]:
             num_replicas=settings.stream_replicas,
         )
         plans.append(StreamPlan(kind=kind, config=config))
+    plans.append(StreamPlan(kind=LARGE, config=large_config(subjects, settings)))
     return plans
+
+
+def large_config(subjects: Subjects, settings: BusSettings) -> StreamConfig:
+    """The bucket's stream: the JetStream object store's layout (chunks on ``$O.<bucket>.C.<nuid>``,
+    each object's info on ``$O.<bucket>.M.<name>``, rolled up, direct gets allowed), as nats-py's
+    ``create_object_store`` makes it, except that it discards the oldest bytes when full (the object
+    store's default refuses new ones, which would stop the pipeline until objects aged out)."""
+    bucket = large_bucket(subjects)
+    return StreamConfig(
+        name=large_stream(subjects),
+        description=f"hylo messages larger than one NATS message ({subjects.root})",
+        subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE if settings.storage == "file" else StorageType.MEMORY,
+        discard=DiscardPolicy.OLD,
+        max_age=settings.stream_max_age_s,
+        max_bytes=stream_max_bytes(LARGE, settings),
+        num_replicas=settings.stream_replicas,
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+    )
 
 
 class StreamsMissing(RuntimeError):
@@ -101,7 +148,7 @@ async def wait_for_streams(js: JetStreamContext, subjects: Subjects, settings: B
 
     Why wait rather than fail at once: in a deployment the admin's one-shot ``hylo bus init`` and the
     services start together; a service that comes up first waits up to ``nats_streams_wait_s``."""
-    names = [stream_name(subjects, kind) for kind in KINDS]
+    names = [stream_name(subjects, kind) for kind in KINDS] + [large_stream(subjects)]
     deadline = time.monotonic() + settings.nats_streams_wait_s
     missing = list(names)
     while True:

@@ -16,7 +16,7 @@ from shared.schemas.base import (
 )
 from shared.schemas.codec import MessageError, MissingReference, decode, encode
 from shared.schemas.deadletter import DeadLetter, FieldError
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import DEFAULT_LIMITS, Limits, LimitSettings, configured_limits
 from shared.schemas.messages import (
     MESSAGE_TYPES,
     FeatureMatrix,
@@ -54,6 +54,7 @@ __all__ = [
     "JobOutcome",
     "JobPlacement",
     "Kind",
+    "LimitSettings",
     "Limits",
     "MatrixRef",
     "Message",
@@ -75,6 +76,7 @@ __all__ = [
     "StageLatencies",
     "SubjectError",
     "Subjects",
+    "configured_limits",
     "decode",
     "encode",
     "new_correlation_id",

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError, create_model
 
 from shared.schemas.deadletter import FieldError
-from shared.schemas.limits import DEFAULT_LIMITS, Limits
+from shared.schemas.limits import Limits, limits_or_configured
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -70,7 +70,8 @@ class ReceivedJson:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def remember(self, message: BaseModel, data: bytes, limits: Limits = DEFAULT_LIMITS) -> None:
+    def remember(self, message: BaseModel, data: bytes, limits: Limits | None = None) -> None:
+        limits = limits_or_configured(limits)
         with self._lock:
             old = self._by_id.pop(id(message), None)
             self._bytes -= len(old[1]) if old is not None else 0
@@ -169,12 +170,13 @@ def _referenced(message: BaseModel) -> set[str]:
     return {name for name, ref in refs.items() if getattr(message, ref) is not None}
 
 
-def encode(message: BaseModel, limits: Limits = DEFAULT_LIMITS) -> bytes:
+def encode(message: BaseModel, limits: Limits | None = None) -> bytes:
     """Compact JSON bytes; raises MessageError if the result exceeds ``limits.max_message_bytes``.
 
     A nested message sent by reference (``REFERENCED``, its reference field set) is left out. A nested
     message that was itself received as JSON (``ReceivedJson``) is spliced in as received.
     """
+    limits = limits_or_configured(limits)
     if referenced := _referenced(message):
         data = message.__pydantic_serializer__.to_json(message, exclude=referenced)
         if len(data) > limits.max_message_bytes:
@@ -204,13 +206,15 @@ def describe(model: type[BaseModel], err: ValidationError) -> MessageError:
     return MessageError(f"invalid {model.__name__}: {shown}{more}", errors)
 
 
-def decode(model: type[M], data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> M:
-    """Validate JSON ``data`` as ``model`` under ``limits``; raises MessageError with the reason."""
+def decode(model: type[M], data: bytes | str, limits: Limits | None = None) -> M:
+    """Validate JSON ``data`` as ``model`` under ``limits`` (the configured ones when None); raises
+    MessageError with the reason."""
+    limits = limits_or_configured(limits)
     size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
     if size > limits.max_message_bytes:
         raise MessageError(
             f"message of {size} bytes exceeds the limit of {limits.max_message_bytes} bytes "
-            f"for {model.__name__}"
+            f"for {model.__name__} (raise it with HYLO_MAX_MESSAGE_BYTES)"
         )
     if isinstance(data, bytes) and (known := _decode_with_reference(model, data, limits)) is not None:
         return known

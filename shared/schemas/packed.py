@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import PlainSerializer, PlainValidator, ValidationInfo, WithJsonSchema
 
-from shared.schemas.limits import DEFAULT_LIMITS, Limits, limits_of
+from shared.schemas.limits import Limits, limits_of, limits_or_configured
 
 __all__ = ["DTYPES", "FloatRows", "FloatTable", "empty_table", "pack", "unpack"]
 
@@ -209,12 +209,13 @@ def _check_ratio(deflated: int, size: int, limits: Limits) -> None:
         )
 
 
-def unpack(doc: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> FloatRows:
+def unpack(doc: dict[str, Any], limits: Limits | None = None) -> FloatRows:
     """The table of a packed document (``pack``'s form); raises ValueError naming what is wrong.
 
     The header is checked against ``limits`` before the bytes are decoded: ``rows`` against
     ``max_jobs`` (a table has one row per job), the declared bytes against ``max_table_bytes`` and,
     when deflated, against ``max_inflate_ratio`` times the deflated bytes."""
+    limits = limits_or_configured(limits)
     keys = set(doc) - {"codec"}
     if keys != _KEYS:
         missing, extra = sorted(_KEYS - keys), sorted(keys - _KEYS)
@@ -248,9 +249,10 @@ def unpack(doc: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> FloatRows:
     return FloatRows(_finite(array, "packed float table"))
 
 
-def _from_rows(value: Sequence[Any], what: str, limits: Limits = DEFAULT_LIMITS) -> FloatRows:
+def _from_rows(value: Sequence[Any], what: str, limits: Limits | None = None) -> FloatRows:
     """A table from rows of numbers (the version-3 JSON form, or tuples built in Python), under the
     same bounds as the packed form (its size is the message's, so they are checked as it is built)."""
+    limits = limits_or_configured(limits)
     if len(value) > limits.max_jobs:
         raise ValueError(f"{what} has {len(value)} rows, more than the limit of {limits.max_jobs} (max_jobs)")
     rows = []

@@ -669,7 +669,7 @@ class QueueSnapshot(Message):
     @field_validator("running")
     @classmethod
     def _running_limits(cls, value: RunningJobs, info: ValidationInfo) -> RunningJobs:
-        check_count("running", len(value), limits_of(info).max_running)
+        check_count("running", len(value), limits_of(info).max_running, "max_running")
         require_unique("running job_id", value.job_id)
         nodes = info.data.get("nodes")
         if nodes is None:  # the node table is invalid (reported as such): nothing to resolve against
@@ -679,7 +679,7 @@ class QueueSnapshot(Message):
     @field_validator("nodes")
     @classmethod
     def _node_limits(cls, value: NodeStates, info: ValidationInfo) -> NodeStates:
-        check_count("nodes", len(value), limits_of(info).max_nodes)
+        check_count("nodes", len(value), limits_of(info).max_nodes, "max_nodes")
         require_unique("node name", value.name)
         return value
 

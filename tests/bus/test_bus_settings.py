@@ -26,15 +26,16 @@ def test_settings_come_from_hylo_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert "s3cret" not in repr(s)
 
 
-def test_message_limits_are_settings_capped_by_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_message_limits_are_settings_not_capped_by_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """A site with big queues raises HYLO_MAX_JOBS (issue 22, item 1); every decoder's limits come
-    from message_limits, and the message size never passes the server's max_payload."""
+    from message_limits. The server's max_payload no longer caps the message size: a bigger message
+    travels through the object store (shared.bus.large), whole up to HYLO_MAX_MESSAGE_BYTES."""
     monkeypatch.setenv("HYLO_MAX_JOBS", "20000")
     monkeypatch.setenv("HYLO_MAX_TABLE_BYTES", "33554432")
     monkeypatch.setenv("HYLO_MAX_MESSAGE_BYTES", str(64 << 20))
     limits = message_limits(BusSettings(), max_payload=8 << 20)
     assert limits.max_jobs == 20_000 and limits.max_table_bytes == 32 << 20
-    assert limits.max_message_bytes == 8 << 20  # the server's payload limit wins
+    assert limits.max_message_bytes == 64 << 20
     assert message_limits(BusSettings(max_jobs=7), max_payload=1 << 30).max_jobs == 7
     defaults = message_limits(BusSettings(), max_payload=1 << 30)
     assert defaults.max_running == DEFAULT_LIMITS.max_running

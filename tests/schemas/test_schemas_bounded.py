@@ -43,7 +43,8 @@ def test_a_matrix_declaring_a_million_rows_is_refused_from_its_header() -> None:
     assert len(data) < 1_500_000
     reason = _refusal(FeatureMatrix, data, Limits(max_message_bytes=8 << 20))
     assert reason.startswith("invalid FeatureMatrix: values: ")
-    assert f"'rows' must be an integer in [0, 4096] (max_jobs), got {HUGE_ROWS}" in reason
+    # the default max_jobs (HYLO_MAX_JOBS: 100,000 since issue 22) still refuses it from the header
+    assert f"'rows' must be an integer in [0, 100000] (max_jobs), got {HUGE_ROWS}" in reason
 
 
 def test_the_row_bound_is_the_configured_max_jobs() -> None:
@@ -58,7 +59,7 @@ def test_a_header_declaring_more_than_max_table_bytes_is_refused() -> None:
     )
     assert (
         "values: Value error, packed float table: rows * cols * 8 = 4096 * 4096 * 8 = 134217728 bytes, "
-        "more than the limit of 16777216 (max_table_bytes)"
+        "more than the limit of 67108864 (max_table_bytes)"
     ) in reason
     smaller = Limits(max_message_bytes=8 << 20, max_table_bytes=4096)
     assert "(max_table_bytes)" in _refusal(

@@ -110,11 +110,15 @@ def test_larger_limits_reach_the_matrix() -> None:
     big = QueueSnapshot.model_validate(  # a snapshot decoded under raised limits
         {**dict(small_snap), "pending": PendingJobs.of(jobs)}, context=Limits(max_jobs=8192).context()
     )
-    with pytest.raises(StageError, match="more than the limit of 4096"):
-        FeaturizerStage({"two": two_group_spec()}).handle(big)
+    with pytest.raises(
+        StageError, match=r"more than the limit of 4096 \(max_jobs; raise it with HYLO_MAX_JOBS\)"
+    ):
+        FeaturizerStage({"two": two_group_spec()}, limits=Limits(max_jobs=4096)).handle(big)
     limits = Limits(max_jobs=8192, max_message_bytes=1 << 24)
     m = FeaturizerStage({"two": two_group_spec()}, limits=limits).handle(big)
     assert len(m.job_ids) == 5000
+    # without limits, the configured ones (HYLO_MAX_JOBS, 100,000 by default; issue 22)
+    assert len(FeaturizerStage({"two": two_group_spec()}).handle(big).job_ids) == 5000
 
 
 def test_production_features_equal_the_simulators() -> None:
