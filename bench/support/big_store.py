@@ -20,9 +20,16 @@ with their registry history; optionally shadow ranks), and the proportions of a 
   with the fallback "no model loaded"), 3% of the other snapshots are fallbacks (deadline, errors);
 - a share of snapshots (``shadow_share``) also ranked by a shadow candidate.
 
+- what the placer and the model knew (migration 0006): the placer's status of each row (``placed``,
+  ``reserved`` for the first few waiting jobs, ``waiting``), the model's score when a model decided,
+  the job's pool as raw features; and where each finished job ran (its node, GPUs and type).
+
 Everything is drawn from ``seed``, so two runs make the same store. ``write_store`` loads it with
 asyncpg's binary COPY, in chunks of whole snapshots, into a database migrated by the project's own
-migrations, then runs ``VACUUM ANALYZE`` (what autovacuum does to a store that grew over weeks).
+migrations (columns a older revision lacks are left out), then runs ``VACUUM ANALYZE`` (what autovacuum
+does to a store that grew over weeks). On a store whose ``decisions`` is partitioned (revision 0007),
+the partitions of the whole span are created first, as the maintenance step creates them ahead
+(``shared.store.partitions``), so COPY routes every row to its partition and none to the default one.
 """
 
 from __future__ import annotations
@@ -37,8 +44,11 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
+from sqlalchemy.engine import Connection
 
 from shared.features.catalog import JOB_FEATURES
+from shared.store import create_engine, partitions
+from shared.store.settings import MaintenanceSettings
 
 CLUSTER = "bench"
 #: 48 x 8 A100 + 32 x 4 V100 = 512 GPUs
@@ -232,6 +242,20 @@ def _latencies(rng: np.random.Generator, n: int) -> list[tuple[str, float]]:
 
 
 _FEATURES = "{" + ", ".join(f'"{name}": %.6g' for name in JOB_FEATURES) + "}"
+_RAW = '{"pool_gpus": %d, "pool_free_gpus": %d, "pool_nodes": %d, "pool_idle_nodes": %d}'
+#: waiting jobs ranked first that hold an EASY reservation (the rest of a queue waits without one)
+RESERVED_RANKS = 3
+
+
+def _node(j: int) -> tuple[str, str]:
+    """The node group (and GPU type) and the node job ``j`` is placed on."""
+    group = "a100" if j % 3 else "v100"
+    return group, f"{group}-{j % (48 if group == 'a100' else 32):03d}"
+
+
+def _pool(j: int) -> tuple[int, int]:
+    """GPUs and nodes of job ``j``'s pool (the node group it is placed on)."""
+    return (384, 48) if j % 3 else (128, 32)
 
 
 def decision_records(plan: Plan) -> Iterator[list[tuple[Any, ...]]]:
@@ -246,6 +270,8 @@ def decision_records(plan: Plan) -> Iterator[list[tuple[Any, ...]]]:
         stop = int(np.searchsorted(plan.row_snap, plan.row_snap[stop - 1], side="right"))
         snaps, jobs, ranks = plan.row_snap[start:stop], plan.row_job[start:stop], plan.row_rank[start:stop]
         features = rng.random((len(snaps), len(JOB_FEATURES)))
+        scores = rng.normal(0.0, 2.0, len(snaps))
+        free = rng.random(len(snaps))
         out = []
         for i in range(len(snaps)):
             k, j, rank = int(snaps[i]), int(jobs[i]), int(ranks[i])
@@ -254,17 +280,20 @@ def decision_records(plan: Plan) -> Iterator[list[tuple[Any, ...]]]:
             model = version >= 0 and fb == -1
             fallback = None if fb == -1 else (NO_MODEL if fb == -2 else FALLBACKS[fb])
             lat_text, lat_total = latencies[k]
-            node = f'["{"a100" if j % 3 else "v100"}-{j % 48:03d}"]'
+            time_k = float(plan.snap_time[k])
+            reserved = not placed and rank < RESERVED_RANKS
+            pool_gpus, pool_nodes = _pool(j)
+            idle = int(free[i] * pool_nodes * 0.2)
             out.append(
                 (
                     correlation_id(k),
                     CLUSTER,
                     job_id(j),
-                    float(plan.snap_time[k]),
-                    int(plan.snap_time[k] * 1000),
+                    time_k,
+                    int(time_k * 1000),
                     rank,
                     1.0 - rank / int(queue_len[k]),
-                    node if placed else "[]",
+                    f'["{_node(j)[1]}"]' if placed else "[]",
                     placed,
                     "pack" if placed else None,
                     "model" if model else BASE_POLICY,
@@ -273,6 +302,12 @@ def decision_records(plan: Plan) -> Iterator[list[tuple[Any, ...]]]:
                     _FEATURES % tuple(features[i]),
                     lat_text,
                     lat_total,
+                    float(scores[i]) if model else None,
+                    "placed" if placed else ("reserved" if reserved else "waiting"),
+                    time_k + 600.0 * (rank + 1) if reserved else None,
+                    "best-fit",
+                    None,
+                    _RAW % (pool_gpus, int(free[i] * pool_gpus * 0.2), pool_nodes, idle),
                 )
             )
         yield out
@@ -296,6 +331,12 @@ DECISION_COLUMNS = (
     "features",
     "latencies_ms",
     "latency_ms",
+    "score",
+    "placer_status",
+    "reserved_s",
+    "placer",
+    "solver_status",
+    "raw_features",
 )
 JOB_COLUMNS = (
     "cluster",
@@ -323,6 +364,9 @@ OUTCOME_COLUMNS = (
     "bsld",
     "gpus",
     "status",
+    "nodes",
+    "node_gpus",
+    "gpu_type",
 )
 SHADOW_COLUMNS = (
     "cluster",
@@ -376,6 +420,7 @@ def outcome_records(plan: Plan) -> list[tuple[Any, ...]]:
         submit, start, end = float(plan.job_submit[j]), float(start_s[i]), float(end_s[i])
         corr = f"external-{j}" if external[i] else correlation_id(int(plan.job_start[j]))
         jct = end - submit
+        group, node = _node(j)
         out.append(
             (
                 CLUSTER,
@@ -389,6 +434,9 @@ def outcome_records(plan: Plan) -> list[tuple[Any, ...]]:
                 max(1.0, jct / max(end - start, 10.0)),
                 int(plan.job_gpus[j]),
                 STATUSES[int(status[i])],
+                f'["{node}"]',
+                f"[{int(plan.job_gpus[j])}]",
+                "A100" if group == "a100" else "V100",
             )
         )
     return out
@@ -486,11 +534,55 @@ def _event(version: str, event: str, from_status: str | None, to_status: str, at
     }
 
 
+class _Columns:
+    """The columns of a table this store's revision has, and how to cut a full record down to them."""
+
+    def __init__(self, wanted: tuple[str, ...], present: set[str]) -> None:
+        self.keep = [i for i, c in enumerate(wanted) if c in present]
+        self.names = tuple(wanted[i] for i in self.keep)
+        self.whole = len(self.keep) == len(wanted)
+
+    def cut(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return records if self.whole else [tuple(r[i] for i in self.keep) for r in records]
+
+
+async def _columns(conn: Any, table: str, wanted: tuple[str, ...]) -> _Columns:
+    rows = await conn.fetch("SELECT column_name FROM information_schema.columns WHERE table_name = $1", table)
+    return _Columns(wanted, {r["column_name"] for r in rows})
+
+
+async def make_partitions(dsn: str, plan: Plan) -> list[str]:
+    """On a partitioned store: the partitions of the plan's whole span (``MaintenanceSettings``' span)
+    and the spans ahead of it, as the maintenance step makes them; [] on an unpartitioned one."""
+    settings = MaintenanceSettings()
+    days = settings.decision_partition_days
+    lo, hi = partitions.span_of(float(plan.snap_time[0]), days)
+    width = hi - lo
+    every: list[tuple[float, float]] = []
+    while lo <= plan.end_s:
+        every.append((lo, lo + width))
+        lo += width
+    every += partitions.ahead(plan.end_s, days, settings.decision_partitions_ahead)
+
+    def make(conn: Connection) -> list[str]:
+        if not partitions.partitioned(conn):
+            return []
+        return [p.name for p in partitions.ensure_partitions(conn, every)]
+
+    engine = create_engine(dsn.replace("postgresql://", "postgresql+asyncpg://", 1))
+    try:
+        async with engine.begin() as conn:
+            return await conn.run_sync(make)
+    finally:
+        await engine.dispose()
+
+
 async def write_store(
     dsn: str, plan: Plan, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
     """COPY the plan into the migrated database at ``dsn``; ``progress(what, rows)`` after each chunk."""
     tell = progress or (lambda what, n: None)
+    made = await make_partitions(dsn, plan)
     conn = await asyncpg.connect(dsn, timeout=30)
     try:
         await conn.execute(
@@ -502,12 +594,14 @@ async def write_store(
         await conn.copy_records_to_table("jobs", records=jobs, columns=JOB_COLUMNS)
         tell("jobs", len(jobs))
         decisions = 0
+        columns = await _columns(conn, "decisions", DECISION_COLUMNS)
         for chunk in decision_records(plan):
-            await conn.copy_records_to_table("decisions", records=chunk, columns=DECISION_COLUMNS)
+            await conn.copy_records_to_table("decisions", records=columns.cut(chunk), columns=columns.names)
             decisions += len(chunk)
             tell("decisions", len(chunk))
         outcomes = outcome_records(plan)
-        await conn.copy_records_to_table("outcomes", records=outcomes, columns=OUTCOME_COLUMNS)
+        columns = await _columns(conn, "outcomes", OUTCOME_COLUMNS)
+        await conn.copy_records_to_table("outcomes", records=columns.cut(outcomes), columns=columns.names)
         tell("outcomes", len(outcomes))
         shadows = 0
         for chunk in shadow_records(plan):
@@ -536,6 +630,7 @@ async def write_store(
             "outcomes": len(outcomes),
             "shadow_rows": shadows,
             "model_versions": len(versions),
+            "partitions": len(made),
         }
     finally:
         await conn.close()

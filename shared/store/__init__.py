@@ -2,7 +2,10 @@
 
 Why SQL: analysts join decisions to outcomes with the tools they have (psql, sqlite3, notebooks);
 ``docs/analysts.md`` lists the views and example queries. PostgreSQL (asyncpg) in deployment, SQLite
-(aiosqlite) as the embedded default; the same Alembic migrations create both.
+(aiosqlite) as the embedded default; the same Alembic migrations create both. On PostgreSQL
+``decisions`` is partitioned by snapshot time (``partitions``), and ``maintain`` (a module of its
+own, ``python -m shared.store.maintain``) keeps months of it: partitions ahead, raw rows rolled up
+into ``decision_rollups`` and dropped after their retention.
 """
 
 from shared.store.engine import create_engine
@@ -11,13 +14,14 @@ from shared.store.models import (
     Base,
     Cluster,
     Decision,
+    DecisionRollup,
     Job,
     ModelVersionEvent,
     ModelVersionRow,
     Outcome,
     ShadowPriority,
 )
-from shared.store.settings import StoreSettings
+from shared.store.settings import MaintenanceSettings, StoreSettings
 from shared.store.writes import (
     ensure_cluster,
     insert_or_ignore,
@@ -40,7 +44,9 @@ __all__ = [
     "Base",
     "Cluster",
     "Decision",
+    "DecisionRollup",
     "Job",
+    "MaintenanceSettings",
     "ModelVersionEvent",
     "ModelVersionRow",
     "Outcome",

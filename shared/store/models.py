@@ -1,11 +1,13 @@
 """ORM models: clusters, jobs, decisions, outcomes, model versions, their history, shadow priorities.
 
 Why these unique keys: they make every write idempotent. A decision is one job's line in the decision
-for one snapshot, so (correlation_id, job_id) identifies it; a job finishes once, so (cluster, job_id)
-identifies its outcome; a model version is its version string. ``shared.store.writes`` inserts with
-ON CONFLICT DO NOTHING on exactly these keys, so redelivered messages and restarted services never
-duplicate a row. Times of the cluster clock are float seconds (as in the messages); wall-clock
-bookkeeping columns (``*_at``) are timezone-aware timestamps.
+for one snapshot, so (correlation_id, job_id) identifies it, and the snapshot's time joins the key
+because PostgreSQL partitions ``decisions`` by it (migration 0007: a partitioned table's unique key must
+hold its partition key; a correlation id names one snapshot, so the rows it identifies are the same); a
+job finishes once, so (cluster, job_id) identifies its outcome; a model version is its version string.
+``shared.store.writes`` inserts with ON CONFLICT DO NOTHING on exactly these keys, so redelivered
+messages and restarted services never duplicate a row. Times of the cluster clock are float seconds
+(as in the messages); wall-clock bookkeeping columns (``*_at``) are timezone-aware timestamps.
 """
 
 from __future__ import annotations
@@ -73,19 +75,34 @@ class Job(Base):
     first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+#: the natural key of a decision row: the job's line in one snapshot's decision (the snapshot's time
+#: included, as the partition key of PostgreSQL's partitioned ``decisions``, migration 0007)
+DECISION_KEY = ("correlation_id", "job_id", "snapshot_time")
+
+
 class Decision(Base):
+    """One job's line in the decision for one snapshot.
+
+    On PostgreSQL the table is range-partitioned on ``snapshot_time`` (``shared.store.partitions``) and
+    its primary key is (``id``, ``snapshot_time``); ``id`` alone stays unique (one sequence), which is
+    what the ORM maps. On SQLite it is one plain table with ``id`` as its key.
+    """
+
     __tablename__ = "decisions"
     __table_args__ = (
-        UniqueConstraint("correlation_id", "job_id", name="uq_decisions_correlation_job"),
+        UniqueConstraint(*DECISION_KEY, name="uq_decisions_correlation_job_time"),
         CheckConstraint("mode IS NULL OR mode IN ('pack', 'spread')", name="ck_decisions_mode"),
         Index("ix_decisions_cluster_job", "cluster", "job_id"),
         Index("ix_decisions_cluster_time", "cluster", "snapshot_time"),
         Index("ix_decisions_model_version", "model_version"),
         # the report's reads, index-only (migration 0005)
         Index("ix_decisions_report_snapshots", "cluster", "snapshot_time", "correlation_id", "placed", "id"),
+        # who decided the row that started a job, read without visiting the row (migration 0007 added
+        # the time, which the join names on a partitioned store, and the fallback, which recipes count)
         Index(
             "ix_decisions_report_jobs",
-            *("cluster", "correlation_id", "job_id", "policy", "model_version", "rank"),
+            *("cluster", "correlation_id", "job_id", "snapshot_time", "policy", "model_version", "rank"),
+            "fallback",
         ),
     )
 
@@ -121,9 +138,52 @@ class Decision(Base):
     raw_features: Mapped[dict[str, float] | None] = mapped_column(NullableJson, nullable=True)
 
 
+class DecisionRollup(Base):
+    """What the raw decision rows of one cluster, day, decider and GPU type added up to (migration 0007).
+
+    Why: raw rows are kept for ``MaintenanceSettings.decision_retention_days``; before they go,
+    ``shared.store.maintain`` adds them up here, so volumes, fallbacks, latencies and the waits of the
+    jobs each decider started remain readable for every day. ``day`` is ``floor(snapshot_time /
+    86400)``; ``decided_by`` the model version, or ``policy:<name>`` when a base policy decided;
+    ``gpu_type`` where the job ran (its outcome's), ``unknown`` when not reported or not finished when
+    the day was rolled up. ``snapshots`` counts the rows ranked first (one per snapshot), so summing it
+    over GPU types counts each snapshot once; the latencies are those snapshots' (``latency_ms``). A
+    day rolled up again (rows written late, after their partition was dropped) adds to its rows.
+    """
+
+    __tablename__ = "decision_rollups"
+
+    cluster: Mapped[str] = mapped_column(String(63), primary_key=True)
+    day: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    decided_by: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(128), primary_key=True)
+    snapshots: Mapped[int] = mapped_column(BigInteger)
+    decision_rows: Mapped[int] = mapped_column(BigInteger)
+    placed_rows: Mapped[int] = mapped_column(BigInteger)
+    fallback_rows: Mapped[int] = mapped_column(BigInteger)
+    #: rows of the decision that started their job (the outcome names its snapshot), and those jobs' sums
+    started_jobs: Mapped[int] = mapped_column(BigInteger)
+    started_wait_s_sum: Mapped[float] = mapped_column(Float)
+    started_wait_s_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_jct_s_sum: Mapped[float] = mapped_column(Float)
+    started_bsld_sum: Mapped[float] = mapped_column(Float)
+    #: snapshots (rows ranked first) with a latency, the sum and the highest of it
+    latency_snapshots: Mapped[int] = mapped_column(BigInteger)
+    latency_ms_sum: Mapped[float] = mapped_column(Float)
+    latency_ms_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    first_snapshot_time: Mapped[float] = mapped_column(Float)
+    last_snapshot_time: Mapped[float] = mapped_column(Float)
+    rolled_up_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class Outcome(Base):
     __tablename__ = "outcomes"
-    __table_args__ = (UniqueConstraint("cluster", "job_id", name="uq_outcomes_cluster_job"),)
+    __table_args__ = (
+        UniqueConstraint("cluster", "job_id", name="uq_outcomes_cluster_job"),
+        # the jobs of a period, by start (the report, the analyst recipes) or submission (migration 0007)
+        Index("ix_outcomes_cluster_start", "cluster", "start_s"),
+        Index("ix_outcomes_cluster_submit", "cluster", "submit_s"),
+    )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     cluster: Mapped[str] = mapped_column(String(63), ForeignKey("clusters.name"))

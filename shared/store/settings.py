@@ -70,3 +70,42 @@ def safe_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return "<not a database URL>"
+
+
+class MaintenanceSettings(HyloBaseSettings):
+    """How the store keeps months of decision rows: partitions, retention, roll-ups.
+
+    Why settings and not constants: a busy cluster writes billions of decision rows a month (one per
+    pending job per decision), a small one thousands; the partition span and how long raw rows are
+    kept are the deployment's trade-off between disk and the detail analysts can still read. Applied
+    by ``python -m shared.store.maintain`` (``shared.store.maintain``) and, for the span, by migration
+    0007 when it first partitions ``decisions``. Times are on the cluster clock (``snapshot_time``),
+    and "now" is the newest decision stored, so a store that stops receiving data loses nothing.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="HYLO_", extra="ignore")
+
+    decision_partition_days: int = Field(
+        default=7,
+        ge=1,
+        le=366,
+        description="days of snapshot_time per PostgreSQL partition of decisions (whole days, from day 0)",
+    )
+    decision_partitions_ahead: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="partitions created ahead of the newest decision (rows beyond go to the default one)",
+    )
+    decision_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="raw decision rows older than this (before the newest) are rolled up, then dropped; "
+        "unset keeps them",
+    )
+    rollup_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="decision_rollups rows older than this (before the newest decision) are deleted; unset "
+        "keeps them",
+    )

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, ShadowPriorities
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
 from shared.store.models import (
+    DECISION_KEY,
     Cluster,
     Decision,
     Job,
@@ -131,6 +132,10 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
     placer status and reservation, the model's raw score, and the raw values behind its features
     (``raw_features``: only the few quantities no other table holds; the job's own request and times
     are in ``jobs``). All of it comes from the message's columns: no extra statement per row.
+
+    The conflict key holds the snapshot's time (``DECISION_KEY``): a redelivered decision carries the
+    same one, so on a partitioned PostgreSQL store it lands in the same partition as its first copy and
+    the unique index there turns it away.
     """
     await ensure_cluster(conn, decision.cluster)
     total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
@@ -177,7 +182,7 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
             strict=True,
         )
     ]
-    return await insert_or_ignore(conn, table_of(Decision), rows, ["correlation_id", "job_id"])
+    return await insert_or_ignore(conn, table_of(Decision), rows, DECISION_KEY)
 
 
 async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:

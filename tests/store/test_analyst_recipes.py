@@ -26,6 +26,7 @@ from tests.store.analyst_seed import DAY, JOBS, History, seed_history
 from tests.store.store_helpers import migrated
 
 Row = tuple[Any, ...]
+Period = tuple[float, float]
 
 
 def recipes() -> dict[str, str]:
@@ -48,9 +49,11 @@ def _day(t: float) -> int:
     return math.floor(t / DAY)
 
 
-def per_day_and_gpu_type(h: History, _job: str) -> list[Row]:
+def per_day_and_gpu_type(h: History, _job: str, period: Period) -> list[Row]:
     waits: dict[tuple[int, str], list[float]] = defaultdict(list)
     for o in h.outcomes.values():
+        if not period[0] <= o.submit_s < period[1]:
+            continue
         waits[(_day(o.submit_s), o.gpu_type or "unknown")].append(o.wait_s)
     return [(day, kind, len(w), fmean(w), max(w)) for (day, kind), w in sorted(waits.items())]
 
@@ -62,11 +65,13 @@ def _starting_decision(h: History, o: JobOutcome) -> PlacementDecision | None:
     return None
 
 
-def per_model_version(h: History, _job: str) -> list[Row]:
+def per_model_version(h: History, _job: str, period: Period) -> list[Row]:
     started: dict[tuple[str, str | None], list[tuple[JobOutcome, PlacementDecision]]] = defaultdict(list)
     for o in h.outcomes.values():
         d = _starting_decision(h, o)
         if d is None:  # started by the cluster's own cycle: no stored decision
+            continue
+        if not period[0] <= d.snapshot_time < period[1]:  # the period of the decisions
             continue
         who = d.model_version or f"policy:{d.policy}"
         started[(who, h.model_status.get(d.model_version or ""))].append((o, d))
@@ -83,9 +88,11 @@ def per_model_version(h: History, _job: str) -> list[Row]:
     ]
 
 
-def per_user_and_partition(h: History, _job: str) -> list[Row]:
+def per_user_and_partition(h: History, _job: str, period: Period) -> list[Row]:
     groups: dict[tuple[str, str], list[JobOutcome]] = defaultdict(list)
     for o in h.outcomes.values():
+        if not period[0] <= o.start_s < period[1]:
+            continue
         _, _, user, partition = JOBS[o.job_id]
         groups[(user, partition)].append(o)
     return [
@@ -101,7 +108,7 @@ def per_user_and_partition(h: History, _job: str) -> list[Row]:
     ]
 
 
-def why_did_it_wait(h: History, job: str) -> list[Row]:
+def why_did_it_wait(h: History, job: str, _period: Period) -> list[Row]:
     submit = JOBS[job][0]
     o = h.outcomes.get(job)
     rows = []
@@ -136,7 +143,7 @@ def why_did_it_wait(h: History, job: str) -> list[Row]:
     return rows
 
 
-CHECKS: dict[str, Callable[[History, str], list[Row]]] = {
+CHECKS: dict[str, Callable[[History, str, Period], list[Row]]] = {
     "Mean wait per day and GPU type": per_day_and_gpu_type,
     "Waits per model version": per_model_version,
     "Waits per user and virtual cluster (partition)": per_user_and_partition,
@@ -146,6 +153,10 @@ CHECKS: dict[str, Callable[[History, str], list[Row]]] = {
 #: jobs asked about: started by a later decision; reserved, then started by the cluster's own cycle
 #: (nodes not reported); still waiting
 JOBS_ASKED = ("j1", "j4", "j8")
+#: periods asked about (``:since``, ``:until``): all of it, and one that leaves out the jobs submitted
+#: on the first day but one (j3, a quarter second before midnight), the last job started (j9) and the
+#: first and last decisions (s1, s3)
+PERIODS: tuple[Period, ...] = ((0.0, 1e12), (DAY - 1.0, DAY + 5100.0), (DAY + 500.0, DAY + 2000.0))
 
 
 def _plain(value: Any) -> Any:
@@ -186,10 +197,14 @@ async def test_every_recipe_gives_the_answer_computed_in_python(store_url: str) 
         async with engine.connect() as conn:
             for heading, sql in recipes().items():
                 for job in JOBS_ASKED if ":job_id" in sql else ("-",):
-                    params = {"cluster": cluster, **({"job_id": job} if ":job_id" in sql else {})}
-                    got = [tuple(r) for r in (await conn.execute(text(sql), params)).all()]
-                    want = CHECKS[heading](history, job)
-                    assert want, f"{heading}: the seed gives no answer to check"
-                    assert same_rows(got, want), f"{heading} ({job}):\n got  {got}\n want {want}"
+                    for period in PERIODS if ":since" in sql else ((0.0, 1e12),):
+                        params: dict[str, Any] = {"cluster": cluster, "since": period[0], "until": period[1]}
+                        params = {k: v for k, v in {**params, "job_id": job}.items() if f":{k}" in sql}
+                        got = [tuple(r) for r in (await conn.execute(text(sql), params)).all()]
+                        want = CHECKS[heading](history, job, period)
+                        assert want or period != PERIODS[0], f"{heading}: the seed gives no answer to check"
+                        assert same_rows(got, want), (
+                            f"{heading} ({job}, {period}):\n got  {got}\n want {want}"
+                        )
     finally:
         await engine.dispose()

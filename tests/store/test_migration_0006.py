@@ -171,7 +171,7 @@ async def test_a_store_at_0005_with_rows_moves_forward(empty_url: str) -> None:
         async with engine.begin() as conn:
             for model, rows in OLD.items():
                 await conn.execute(table_of(model).insert(), rows)
-        await upgrade(engine)
+        await upgrade(engine, "0006")
         assert await current_revision(engine) == "0006"
         async with engine.connect() as conn:
             await _old_rows_read_back(conn)

@@ -1,0 +1,48 @@
+"""A tiny run of ``bench/store_scale.py``: its own PostgreSQL, a generated partitioned store, every
+analyst recipe with its plan, maintenance rolled back, and the JSON it writes (seconds; the report
+phases are ``bench/report_scale.py``'s, tested beside it).
+
+Skipped, with the reason, where no throwaway PostgreSQL can be started (no server binaries).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from bench.support.postgres import postgres_bindir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("store_scale_bench", ROOT / "bench" / "store_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_run_measures_every_recipe(tmp_path: Path) -> None:
+    if postgres_bindir() is None:
+        pytest.skip("no initdb/pg_ctl to start a throwaway PostgreSQL")
+    out = tmp_path / "store-scale.json"
+    args = ["--rows", "3000", "--queue", "10", "--rounds", "2", "--rounds-whole", "1", "--no-report"]
+    module = bench()
+    doc = module.main([*args, "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
+    store = doc["store"]
+    assert store["decision_rows"] >= 3000 and store["partitions"] >= 2 and store["load_s"] > 0
+    assert set(doc["recipes"]) == set(module.recipes())
+    for heading, by_period in doc["recipes"].items():
+        assert "last 7 days" in by_period, heading
+        for result in by_period.values():
+            assert result["runs"] >= 1 and 0 < result["p50_s"] <= result["p99_s"] <= result["max_s"]
+            assert result["plan"]["scans"], heading
+    assert doc["maintenance"]["nothing to do"]["dropped"] == []
