@@ -10,6 +10,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from services.prioritizer.service import startup_version
@@ -62,10 +63,17 @@ def test_the_spec_and_the_model_given_by_path_are_stored(tmp_path: Path) -> None
     assert model["card"] == {"version": 1, "note": "a card"} and model["cluster"] == "demo"
 
 
-def test_hylo_job_tells_what_the_placer_said_and_where_the_job_ran(tmp_path: Path) -> None:
+def test_hylo_job_tells_what_the_placer_said_and_where_the_job_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
+    from shared.cli import common
     from shared.cli.app import app
+
+    # the console's width is fixed when shared.cli is first imported (a terminal's, COLUMNS, or
+    # 1,000 when piped); under pytest-xdist it can be 80, and the table then folds "waiting"
+    monkeypatch.setattr(common.console, "width", 1_000)
     from tests.store.analyst_seed import seed_history
 
     url = f"sqlite+aiosqlite:///{tmp_path / 'hylo.db'}"
