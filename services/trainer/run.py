@@ -2,10 +2,13 @@
 
 1. **Workload.** The cluster's finished jobs (``shared.retrain.rebuild_workload``; the last
    ``history_s`` seconds of submissions, or all), with the configured trace files placed before
-   them (``mix_tables``); missing estimates of trace jobs are filled (``noisy``). Written as a trace
-   file in the run's folder (``write_rltune_csv``): training, the card and the gate all use that
-   file, so the gate replays exactly the workload the candidate was trained on. The split holds out
-   the newest ``holdout_fraction`` of the *recorded* jobs (``train_fraction_for``).
+   them (``mix_tables``); missing estimates of trace jobs are filled (``noisy``). Written as Hylo's
+   own job table in the run's folder (``write_workload``, ``workload.npz``: fractional GPUs, GPU
+   types, CPUs and memory exactly as recorded): training, the card and the gate all use that file,
+   so the gate replays exactly the workload the candidate was trained on. The split holds out the
+   newest ``holdout_fraction`` of the *recorded* jobs (``train_fraction_for``). Training windows
+   larger than the training part allows are shrunk to fit it, and the gate sizes its windows to the
+   held-out part (``shared.registry.gate.fit_windows``); both say so.
 2. **Start.** PPO starts from the cluster's current model (its weights, its model shape and its
    feature sampling rule), or, when the cluster has none, from an imitation of the base policy
    (``shared.imitation``, ``imitation_epochs`` > 0), or from random weights.
@@ -15,7 +18,9 @@
 4. **Register and gate.** The checkpoint is registered as a candidate and promoted through the
    registry's gate (``Registry.promote``) against the current model on the held-out windows, or
    against the base policy when there is none. The registry publishes the promotion on ``models``;
-   a refusal stays a candidate with the gate's reason, which the run's report repeats.
+   a refusal stays a candidate with the gate's reason, which the run's report repeats. Without a
+   NATS publisher (``hylo retrain --local`` where no server runs) the candidate is gated all the
+   same (``Registry.evaluate``): refused, or ``passed`` but not promoted, the verdict on it.
 
 The CPU-bound steps run in a worker thread (``asyncio.to_thread``), so the service keeps answering
 its health checks and API while a run trains.
@@ -42,11 +47,12 @@ from shared.metrics import chronological_split, make_windows
 from shared.model import CheckpointError, ModelConfig, save_checkpoint
 from shared.registry import GateSettings, Registry, RegistryError, VersionInfo
 from shared.retrain import (
+    WORKLOAD_FILE,
     latest_submit,
     mix_tables,
     rebuild_workload,
     train_fraction_for,
-    write_rltune_csv,
+    write_workload,
 )
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.setup import RunSetup, load_runner, load_trained, make_card
@@ -59,8 +65,9 @@ ACTOR = "trainer"
 
 @dataclass
 class RetrainReport:
-    """What a run did; ``status`` is ``promoted``, ``refused`` (the gate said no), ``skipped`` (too
-    few jobs) or ``failed`` (an error, named in ``reason``)."""
+    """What a run did; ``status`` is ``promoted``, ``refused`` (the gate said no), ``passed`` (the
+    gate said yes, but with no NATS publisher nothing could be announced: still a candidate),
+    ``skipped`` (too few jobs) or ``failed`` (an error, named in ``reason``)."""
 
     run_id: str
     cluster: str
@@ -266,9 +273,10 @@ async def _run(
     mixed = mix_tables(rebuilt.table, traces)
     rep.workload_jobs = len(mixed)
     fraction = train_fraction_for(len(mixed), len(rebuilt.table), settings.holdout_fraction)
+    settings = _fit_training_windows(settings, len(chronological_split(len(mixed), fraction)[0]), rep)
     run_dir = settings.out_dir / cluster / rep.run_id
-    workload_path = run_dir / "workload.csv"
-    rep.notes += await asyncio.to_thread(write_rltune_csv, mixed, workload_path)
+    workload_path = run_dir / WORKLOAD_FILE
+    await asyncio.to_thread(write_workload, mixed, workload_path)
     rep.workload_path = str(workload_path)
 
     registry = Registry(engine, publisher, actor=ACTOR)
@@ -301,13 +309,6 @@ async def _run(
     version = f"rt-{rep.run_id}"
     info, _ = await registry.register(trained.checkpoint, cluster=cluster, version=version)
     rep.version = info.version
-    held_out = len(chronological_split(len(mixed), fraction)[1])
-    overlap = held_out < settings.gate_windows * settings.window_size
-    if overlap:
-        rep.notes.append(
-            f"the held-out part holds {held_out} jobs, fewer than {settings.gate_windows} windows of "
-            f"{settings.window_size}: the gate's windows overlap, so its interval is optimistic"
-        )
     gate_settings = (gate or GateSettings()).model_copy(
         update={
             "trace": str(workload_path),
@@ -317,18 +318,45 @@ async def _run(
             "window_size": settings.window_size,
             "warmup": settings.warmup,
             "windows": settings.gate_windows,
-            "overlap": overlap,
+            "overlap": False,  # disjoint windows, sized to the held-out part (gate.fit_windows)
             "metric": settings.metric,
         }
     )
-    if publisher is None:
-        rep.status, rep.reason = "failed", "no NATS publisher: the candidate is registered but not gated"
+    await _gate(registry, info.version, gate_settings, rep)
+
+
+def _fit_training_windows(settings: TrainerSettings, n_train: int, rep: RetrainReport) -> TrainerSettings:
+    """``settings`` with training windows that fit a training part of ``n_train`` jobs.
+
+    Why: the training windows are drawn from the training part less its validation tail, and a
+    window larger than that cannot be drawn (a small cluster's first run, or one right after a short
+    ``hylo run``); a quarter of the part leaves room for several distinct windows. Noted in the
+    report when it changes anything."""
+    fitted = min(settings.window_size, max(2, n_train // 4))
+    if fitted == settings.window_size:
+        return settings
+    rep.notes.append(
+        f"training windows sized to the data: the training part holds {n_train} jobs, so windows of "
+        f"{fitted} jobs instead of {settings.window_size}"
+    )
+    return settings.model_copy(update={"window_size": fitted})
+
+
+async def _gate(registry: Registry, version: str, gate: GateSettings, rep: RetrainReport) -> None:
+    """Step 4's verdict: promote through the gate, or, with no NATS publisher to announce a
+    promotion on, gate the candidate and keep the verdict on it (``Registry.evaluate``)."""
+    if registry.publisher is None:
+        verdict = await registry.evaluate(version, gate=gate)
+        rep.gate = verdict.summary()
+        rep.status = "passed" if verdict.passed else "refused"
+        rep.reason = verdict.reason
+        if verdict.passed:
+            rep.reason += (
+                "; not promoted: no NATS server to announce it on (hylo models promote "
+                f"{version} --nats-url ... promotes it)"
+            )
         return
-    result = await registry.promote(info.version, gate=gate_settings)
+    result = await registry.promote(version, gate=gate)
     rep.gate = result.gate.summary() if result.gate is not None else None
-    if result.promoted:
-        rep.status = "promoted"
-        rep.reason = result.gate.reason if result.gate is not None else "promoted"
-    else:
-        rep.status = "refused"
-        rep.reason = result.gate.reason if result.gate is not None else "refused"
+    rep.status = "promoted" if result.promoted else "refused"
+    rep.reason = result.gate.reason if result.gate is not None else rep.status

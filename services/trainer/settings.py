@@ -58,7 +58,14 @@ class TrainerSettings(HyloBaseSettings):
     epochs: int = Field(default=10, ge=0, description="PPO fine-tuning epochs per run")
     windows_per_epoch: int = Field(default=8, ge=1)
     window_size: int = Field(default=128, ge=2)
-    warmup: int = Field(default=64, ge=0, description="jobs simulated before each window")
+    warmup: int = Field(
+        default=2048,
+        ge=0,
+        description="jobs simulated before each window (training's and the gate's), so that a window "
+        "starts with the backlog the recorded history had: with 64, the held-out windows of an 800-job "
+        "`hylo run` started on a nearly idle cluster, nothing waited under any order, and the gate had "
+        "nothing to measure (docs/trainer.md)",
+    )
     imitation_epochs: int = Field(
         default=10, ge=0, description="imitation epochs when the cluster has no current model (0: off)"
     )

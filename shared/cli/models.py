@@ -108,8 +108,15 @@ def _run(
     return asyncio.run(main())
 
 
-async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any, Any]:
-    """A NATS client and a publisher; creates the streams when the models stream does not exist."""
+class BusUnreachable(Exception):
+    """No NATS server answered (``open_bus``); the message names the URL and the error."""
+
+
+async def open_bus(nats_url: str | None, subject_root: str | None) -> tuple[Any, Any]:
+    """A NATS client and a publisher; creates the streams when the models stream does not exist.
+
+    Raises ``BusUnreachable`` when no server answers, so that a caller that can go on without NATS
+    (``hylo retrain --local``) decides what to say."""
     from nats.js.errors import NotFoundError
 
     from shared.bus import BusSettings, Publisher, connect, ensure_streams
@@ -127,7 +134,9 @@ async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any,
         subjects = Subjects(root=settings.subject_root)
         client = await connect(settings)
     except Exception as err:
-        raise fail(f"cannot reach NATS at {settings.nats_url}: {type(err).__name__}: {err}") from None
+        raise BusUnreachable(
+            f"cannot reach NATS at {settings.nats_url}: {type(err).__name__}: {err}"
+        ) from None
     js = client.jetstream()
     try:
         await js.stream_info(stream_name(subjects, "models"))
@@ -135,6 +144,14 @@ async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any,
         await ensure_streams(js, subjects, settings)
     # signed with HYLO_MODEL_SIGNING_KEY when set: prioritizers with the key refuse unsigned ones
     return client, Publisher(js, subjects, signer=SigningSettings().signer())
+
+
+async def _connect(nats_url: str | None, subject_root: str | None) -> tuple[Any, Any]:
+    """``open_bus``, or the one-line error when no server answers."""
+    try:
+        return await open_bus(nats_url, subject_root)
+    except BusUnreachable as err:
+        raise fail(str(err)) from None
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -159,7 +176,18 @@ def _held_out(metrics: dict[str, Any] | None) -> str:
     )
 
 
-STATUS_STYLE = {"current": "bold green", "candidate": "yellow", "retired": "dim"}
+STATUS_STYLE = {"current": "bold green", "candidate": "yellow", "retired": "dim", "external": "cyan"}
+
+
+def _status(v: VersionInfo) -> str:
+    """The status, and for a candidate the gate's last verdict on it: ``candidate (refused)``, or
+    ``candidate (passed)`` for one the gate passed that was not promoted (no NATS to announce it)."""
+    style = STATUS_STYLE.get(v.status)
+    text = f"[{style}]{escape(v.status)}[/]" if style else escape(v.status)
+    passed = (v.metrics or {}).get("passed")
+    if v.status == "candidate" and isinstance(passed, bool):
+        text += " [bold green](passed)[/]" if passed else " [bold red](refused)[/]"
+    return text + (" [bold cyan](shadow)[/]" if v.shadow else "")
 
 
 def _versions_table(rows: list[VersionInfo], title: str) -> Table:
@@ -173,8 +201,7 @@ def _versions_table(rows: list[VersionInfo], title: str) -> Table:
         table.add_row(
             escape(v.version),
             escape(v.cluster or ""),
-            f"[{STATUS_STYLE.get(v.status, '')}]{v.status}[/]"
-            + (" [bold cyan](shadow)[/]" if v.shadow else ""),
+            _status(v),
             _when(v.created_at),
             escape(promoted),
             escape(_held_out(v.metrics)),

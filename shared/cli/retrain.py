@@ -8,18 +8,25 @@ same run in this process instead (``services.trainer.run.retrain_once``), agains
 (``HYLO_NATS_URL`` or ``--nats-url``), with the trainer's settings (``HYLO_TRAINER_*``) and the
 cluster map (``HYLO_CLUSTERS``).
 
+NATS is needed only to announce a promotion. Where none answers at ``HYLO_NATS_URL`` and
+``--nats-url`` was not given (the usual case after ``hylo run``, which stops the server it started),
+the run goes on without it: the candidate is trained, registered and gated, and the verdict is kept
+on it (``passed``: not promoted, ``hylo models promote VERSION --nats-url ...`` can do that later;
+or ``refused``, with the gate's reason). A ``--nats-url`` given and not answering is an error.
+
 When the service has API tokens (docs/security.md), ``--token`` (or ``HYLO_API_TOKEN``) is sent as
 ``Authorization: Bearer``: the run needs a token of scope ``admin``.
 
 Exit codes: 0 a new model was promoted; 1 the run finished without a promotion (the gate refused
-the candidate, or there were too few jobs: the reason is printed); 2 an error (the service is
-unreachable, a run is already going, the run failed).
+the candidate or passed it with no NATS to announce it on, or there were too few jobs: the reason
+is printed); 2 an error (the service is unreachable, a run is already going, the run failed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Annotated, Any
 
@@ -35,7 +42,9 @@ DEFAULT_URL = "http://127.0.0.1:8106"
 
 def _print_report(report: dict[str, Any]) -> int:
     status = report.get("status")
-    colour = {"promoted": "green", "refused": "yellow", "skipped": "yellow"}.get(str(status), "red")
+    colour = {"promoted": "green", "passed": "yellow", "refused": "yellow", "skipped": "yellow"}.get(
+        str(status), "red"
+    )
     console.print(
         f"run [bold]{escape(str(report.get('run_id')))}[/] ({escape(str(report.get('trigger')))}) on "
         f"{escape(str(report.get('cluster')))}: [{colour}]{escape(str(status))}[/]",
@@ -48,7 +57,7 @@ def _print_report(report: dict[str, Any]) -> int:
             console.print(f"  {key}: {escape(str(report[key]))}", highlight=False)
     for note in report.get("notes") or []:
         console.print(f"  note: {escape(str(note))}", highlight=False)
-    return 0 if status == "promoted" else 1 if status in ("refused", "skipped") else 2
+    return 0 if status == "promoted" else 1 if status in ("passed", "refused", "skipped") else 2
 
 
 def _remote(url: str, reason: str, wait: bool, timeout_s: float, token: str | None) -> int:
@@ -94,7 +103,6 @@ def _local(
     from services.trainer.run import retrain_once
     from services.trainer.service import choose_cluster
     from services.trainer.settings import TrainerSettings
-    from shared.cli.models import _connect  # the same NATS connection `hylo models promote` opens
     from shared.service import ServiceSettings
 
     try:
@@ -111,7 +119,7 @@ def _local(
         engine = await migrated_engine(url)
         client = None
         try:
-            client, publisher = await _connect(nats_url, subject_root)
+            client, publisher = await _optional_bus(nats_url, subject_root)
             with console.status(f"retraining the prioritizer of {name}"):
                 report = await retrain_once(
                     engine,
@@ -129,6 +137,30 @@ def _local(
             await engine.dispose()
 
     return _print_report(asyncio.run(main()))
+
+
+async def _optional_bus(nats_url: str | None, subject_root: str | None) -> tuple[Any, Any]:
+    """NATS and a publisher, or ``(None, None)`` when no server answers at the default URL (module
+    docstring): a ``--nats-url`` given explicitly must answer."""
+    from shared.cli.models import BusUnreachable, open_bus  # the connection `hylo models promote` opens
+
+    bus_log = logging.getLogger("hylo.bus")  # its per-attempt warnings would repeat the line below
+    level = bus_log.level
+    if nats_url is None:
+        bus_log.setLevel(logging.ERROR)
+    try:
+        return await open_bus(nats_url, subject_root)
+    except BusUnreachable as err:
+        if nats_url is not None:
+            raise fail(str(err)) from None
+        console.print(
+            f"[yellow]{escape(str(err))}: the candidate will be gated and the verdict kept on it, but "
+            "a promotion cannot be announced without NATS (pass --nats-url to promote)[/]",
+            soft_wrap=True,
+        )
+        return None, None
+    finally:
+        bus_log.setLevel(level)
 
 
 def retrain_command(

@@ -41,6 +41,8 @@ from shared.rl.setup import RunSetup, load_runner, load_trained, trained_estimat
 DEFAULT_WINDOW_SIZE = 256
 DEFAULT_JOBS = 20_000
 DEFAULT_TRAIN_FRACTION = 0.9
+#: the smallest window the gate shrinks to when the held-out part is short (``fit_windows``)
+MIN_WINDOW_SIZE = 16
 
 
 class GateError(Exception):
@@ -174,12 +176,14 @@ def decide(
     windows: Sequence[str] = (),
     setup: dict[str, Any] | None = None,
     min_windows: int = 1,
+    note: str = "",
 ) -> GateResult:
     """The verdict on paired per-window values of the candidate and the reference (pure function).
 
     Passes iff at least ``min_windows`` windows compare, the relative improvement is >= ``margin``
     and the interval's lower end is > 0. (One window gives a zero-width interval that "excludes
-    zero" whatever the luck, hence the minimum.)
+    zero" whatever the luck, hence the minimum.) ``note`` (how the windows were chosen, e.g. sized
+    to a short held-out part) ends the reason, so whoever reads the verdict reads it too.
     """
     if metric not in METRIC_NAMES:
         raise GateError(f"unknown gate metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
@@ -229,7 +233,7 @@ def decide(
         why = f">= margin {_pct(margin)} and the interval excludes zero"
     return GateResult(
         passed=passed,
-        reason=f"{'passed' if passed else 'refused'}: {head}; {why}",
+        reason=f"{'passed' if passed else 'refused'}: {head}; {why}" + (f"; {note}" if note else ""),
         metric=metric,
         lower_is_better=lower,
         reference=reference_label,
@@ -250,6 +254,41 @@ def decide(
         reference_values=tuple(float(v) for v in reference),
         setup=dict(setup or {}),
     )
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The gate's windows over a held-out part: their size and number, and why they differ from
+    what was asked (``note``; empty when they do not)."""
+
+    size: int
+    count: int
+    overlap: bool
+    note: str = ""
+
+
+def fit_windows(held_out: int, size: int, count: int, *, overlap: bool = False) -> WindowPlan:
+    """Windows that fit a held-out part of ``held_out`` jobs: ``count`` of ``size`` when they fit.
+
+    Why size them to the data: a retraining run on a small cluster, or right after a short ``hylo
+    run``, holds out a few hundred jobs; asking for 10 windows of 128 there used to stop the gate
+    ("fewer than one window"), or to overlap windows until the interval said nothing. Disjoint
+    windows, smaller ones, measure the candidate on every held-out job once. So when ``count``
+    disjoint windows of ``size`` do not fit (and ``overlap`` was not asked for where one window
+    fits), the windows shrink to ``held_out // count`` jobs, not below ``MIN_WINDOW_SIZE``; below
+    that the count drops instead (the gate then refuses for too few windows, saying so).
+    """
+    if held_out < 1:
+        raise GateError("the held-out part is empty: nothing to gate on")
+    if held_out >= size * count or (overlap and held_out >= size):
+        return WindowPlan(size, count, overlap)
+    fitted = min(size, max(MIN_WINDOW_SIZE, held_out // count), held_out)
+    windows = min(count, held_out // fitted)
+    note = (
+        f"windows sized to the data: the held-out part holds {held_out} jobs, fewer than {count} "
+        f"windows of {size}, so {windows} disjoint window(s) of {fitted} jobs"
+    )
+    return WindowPlan(fitted, windows, False, note)
 
 
 def _extra_int(card: ModelCard, key: str) -> int | None:
@@ -352,7 +391,8 @@ def evaluate_gate(
     )
     try:
         _, test = chronological_split(len(work.bound.jobs), fraction)
-        windows = make_windows(test, size, settings.windows, seed=settings.seed, overlap=settings.overlap)
+        plan = fit_windows(len(test), size, settings.windows, overlap=settings.overlap)
+        windows = make_windows(test, plan.size, plan.count, seed=settings.seed, overlap=plan.overlap)
     except ValueError as err:
         raise GateError(f"no held-out windows in {work.name}: {err}") from None
 
@@ -373,7 +413,9 @@ def evaluate_gate(
     described = {
         "workload": work.name,
         "cluster": work.spec.name,
-        "window_size": size,
+        "window_size": plan.size,
+        "asked_window_size": size,
+        "windows_note": plan.note,
         "warmup": runner.settings.warmup,
         "train_fraction": fraction,
         "test_jobs": [test.start, test.stop],
@@ -394,4 +436,5 @@ def evaluate_gate(
         windows=[w.label for w in windows],
         setup=described,
         min_windows=settings.min_windows,
+        note=plan.note,
     )

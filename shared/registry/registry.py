@@ -352,6 +352,44 @@ class Registry:
             )
         return PromotionResult(version, cluster, True, force, now_current, result, published)
 
+    async def evaluate(self, version: str, *, gate: GateSettings | None = None) -> GateResult:
+        """Run the gate on candidate ``version`` and record its verdict on it, without promoting.
+
+        Why: promoting announces on NATS (module docstring), and where no NATS server is reachable
+        (``hylo retrain --local`` after ``hylo run`` stopped its own) nothing can be announced; the
+        candidate is still measured, and its numbers and reason are kept as a refusal's are
+        (``gate-passed`` or ``gate-refused`` in its history), so ``hylo models list`` shows the
+        verdict and ``hylo models promote`` can promote it once NATS is there.
+        """
+        target = await self.get(version)
+        if target is None:
+            raise RegistryError(f"no model version {version!r}; `hylo models list` shows the registered ones")
+        if target.status != "candidate":
+            raise RegistryError(f"version {version!r} is {target.status}: only a candidate is gated")
+        cluster = self._cluster_of(target)
+        await asyncio.to_thread(_verified_card, Path(target.uri), target.sha256)
+        before = await self.current(cluster)
+        reference = Path(before.uri) if before is not None else None
+        label = f"model:{before.version}" if before is not None else None
+        result = await asyncio.to_thread(_run_gate, Path(target.uri), reference, gate or self.gate, label)
+        async with self.engine.begin() as conn:
+            row = await self._lock(conn, cluster, version)
+            status = row._mapping["status"]
+            await update_model_version(conn, version, {"metrics": result.summary(), "reason": result.reason})
+            await record_model_event(
+                conn,
+                version=version,
+                cluster=cluster,
+                event="gate-passed" if result.passed else "gate-refused",
+                from_status=status,
+                to_status=status,
+                actor=self.actor,
+                at=_now(),
+                reason=result.reason,
+                detail=result.to_dict(),
+            )
+        return result
+
     async def rollback(self, cluster: str, *, to: str | None = None) -> PromotionResult:
         """Make the version that was current before the current one current again (no gate).
 

@@ -3,7 +3,8 @@ files, split chronologically (newest part held out), and the drift statistic tha
 
 - ``workload.py``: jobs + outcomes of a cluster in a time range -> a ``JobTable`` (a trace);
 - ``mixing.py``: trace files placed before the recorded jobs; the split that holds out recorded jobs;
-- ``tracefile.py``: the rebuilt workload as a trace file the gate and ``hylo evaluate`` load;
+- ``tracefile.py``: the rebuilt workload as a trace file the gate and ``hylo evaluate`` load
+  (Hylo's own lossless job table);
 - ``drift.py``: the drift statistic of the queue between the training window and the recent one.
 
 ``docs/trainer.md`` describes them.
@@ -11,7 +12,7 @@ files, split chronologically (newest part held out), and the drift statistic tha
 
 from shared.retrain.drift import DriftResult, job_samples, psi, psi_counts, queue_drift, workload_drift
 from shared.retrain.mixing import mix_tables, train_fraction_for
-from shared.retrain.tracefile import write_rltune_csv
+from shared.retrain.tracefile import WORKLOAD_FILE, write_rltune_csv, write_workload
 from shared.retrain.workload import (
     RebuiltWorkload,
     RecordedJob,
@@ -22,6 +23,7 @@ from shared.retrain.workload import (
 )
 
 __all__ = [
+    "WORKLOAD_FILE",
     "DriftResult",
     "RebuiltWorkload",
     "RecordedJob",
@@ -37,4 +39,5 @@ __all__ = [
     "train_fraction_for",
     "workload_drift",
     "write_rltune_csv",
+    "write_workload",
 ]

@@ -5,17 +5,20 @@ from its card (``training.trace``: a trace name or path) and load it with ``load
 fine-tuned on a rebuilt workload therefore trains on the file it records, so the gate replays
 exactly the jobs it was trained on, and its held-out windows are the newest part of that file.
 
-The format is the RLTune paper's 19-column CSV (``shared.traces.rltune``), the richest format the
-loaders read that keeps users, partitions, estimates and a GPU type per job. What it cannot hold:
+``write_workload`` writes Hylo's own job table (``shared.traces.hylo_table``, ``.npz``): every column
+of the ``JobTable`` as it is, fractional GPUs, GPU types, CPUs, memory and QOS included. The trainer
+uses it. (It used to write the RLTune CSV, which turned fractional GPUs into whole ones and GPU types
+outside its five into "any type": the candidate was then trained and gated on another workload than
+the cluster's.)
+
+``write_rltune_csv`` still writes that 19-column CSV, for tools that read RLTune's format; what it
+cannot hold, it reports, one note per loss (with the count of jobs):
 
 - fractional GPUs (``gpu_milli`` < 1000): written as one whole GPU;
 - QOS: not written (every job ``normal``);
 - GPU types other than the five of that format (T4, MISC, P100, V100M16, V100M32), or more than one
   allowed type: written as "any type";
 - CPUs are whole cores in the format: milli-cores are rounded.
-
-``write_rltune_csv`` returns one note per such loss (with the count of jobs), and the retraining
-run records them; a lossless format would need a loader of its own in ``shared.traces``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI, JobTable
+from shared.traces.hylo_table import write_hylo_table
 from shared.traces.rltune import FIELDS, GPU_TYPE_NAMES
 
-__all__ = ["write_rltune_csv"]
+__all__ = ["WORKLOAD_FILE", "write_rltune_csv", "write_workload"]
+
+#: the rebuilt workload's file name in a retraining run's folder
+WORKLOAD_FILE = "workload.npz"
 
 _FORBIDDEN = (",", '"', "\n", "\r", ";")
 
@@ -41,6 +48,11 @@ def _text(value: str, what: str, row: int) -> str:
             "(expected non-empty text without commas, quotes, semicolons, line breaks or edge spaces)"
         )
     return value
+
+
+def write_workload(table: JobTable, path: Path) -> None:
+    """Write ``table`` losslessly (``shared.traces.hylo_table``); ``load_trace(path)`` reads it back."""
+    write_hylo_table(table, path)
 
 
 def write_rltune_csv(table: JobTable, path: Path) -> list[str]:

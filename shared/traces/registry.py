@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import get_settings
-from shared.traces import openb, philly, rltune, slurm_workload, swf
+from shared.traces import hylo_table, openb, philly, rltune, slurm_workload, swf
 from shared.traces.cache import cached_parse
 from shared.traces.errors import TraceFormatError, TraceNotFoundError
 from shared.traces.model import LoadedTrace
@@ -49,6 +49,7 @@ LOADERS: dict[str, Loader] = {
     "rltune": Loader("rltune", rltune.VERSION, rltune.parse_rltune),
     "swf": Loader("swf", swf.VERSION, swf.parse_swf),
     "slurm_workload": Loader("slurm_workload", slurm_workload.VERSION, slurm_workload.parse_slurm_workload),
+    "hylo": Loader("hylo", hylo_table.VERSION, hylo_table.parse_hylo_table),
 }
 
 _OPENB = "alibaba/clusterdata on GitHub, folder cluster-trace-gpu-v2023 (csv/{file})"
@@ -142,10 +143,13 @@ def _first_line(path: Path) -> tuple[int, str]:
 
 
 def detect_loader(path: Path) -> str:
-    """Choose a loader from the file name (``.swf``, ``.swf.gz``) or from the first data line."""
+    """Choose a loader from the file name (``.swf``, ``.swf.gz``, ``.npz``: Hylo's own job table)
+    or from the first data line."""
     name = path.name.lower()
     if name.endswith((".swf", ".swf.gz")):
         return "swf"
+    if name.endswith(hylo_table.SUFFIX):
+        return "hylo"
     number, line = _first_line(path)
     columns = {c.strip() for c in line.split(",")}
     if {"timestamp", "duration", "num_gpus"} <= columns:
@@ -176,7 +180,7 @@ def load_trace(
     """Load a trace by name (``trace_names()``) or path, through the parsed-trace cache.
 
     ``loader`` forces a format for a path (``philly``, ``openb``, ``rltune``, ``swf``,
-    ``slurm_workload``); ``options`` go to the loader (e.g. ``seed`` for ``slurm-256``) and are part
+    ``slurm_workload``, ``hylo``); ``options`` go to the loader (e.g. ``seed`` for ``slurm-256``) and are part
     of the cache key. ``use_cache`` overrides the ``trace_cache`` setting for this call.
     """
     key = str(name_or_path)

@@ -62,8 +62,12 @@ async def test_outcomes_in_candidate_registered_and_gated(
     assert gate_event.detail is not None and gate_event.detail["reference"] == "policy:fcfs"
     assert report.gate is not None and report.gate["reference"] == "policy:fcfs"
     assert report.gate["n_windows"] == 3
-    # 100 held-out jobs cannot hold 3 windows of 64 side by side: they overlap, and the report says so
-    assert any("the gate's windows overlap" in note for note in report.notes)
+    # 100 held-out jobs cannot hold 3 windows of 64 side by side: 3 disjoint windows of 33, said so
+    assert report.reason.endswith(
+        "windows sized to the data: the held-out part holds 100 jobs, fewer than 3 windows of 64, "
+        "so 3 disjoint window(s) of 33 jobs"
+    )
+    assert report.workload_path is not None and report.workload_path.endswith("workload.npz")
     card = json.loads((Path(report.checkpoint or "") / "card.json").read_text())
     extra = card["training"]["extra"]
     assert card["training"]["trace"] == report.workload_path
