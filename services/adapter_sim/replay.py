@@ -34,12 +34,14 @@ def sim_config(settings: AdapterSimSettings) -> SimConfig:
     return settings.sim_config(oracle_runtimes=settings.sim_estimates == "oracle")
 
 
-def load_workload(settings: AdapterSimSettings) -> PreparedWorkload:
+def load_workload(settings: AdapterSimSettings, *, predictions: bool = False) -> PreparedWorkload:
     """The jobs to replay, bound to the cluster spec (raises ValueError/SpecError naming the problem).
 
     The embedded workload is generated with ``sim_jobs`` jobs; a trace is cut to its first
     ``sim_jobs`` jobs (after any arrival rescaling): a replay runs at the pipeline's decision rate,
-    and a whole trace of 100,000 jobs would take hours.
+    and a whole trace of 100,000 jobs would take hours. ``predictions`` attaches the runtime
+    predictor's predictions (``prepare_workload``), which only the predictor-based base policies
+    read when the same jobs are simulated beside the replay; the replay itself does not.
     """
     work = prepare_workload(
         settings.sim_trace,
@@ -49,6 +51,7 @@ def load_workload(settings: AdapterSimSettings) -> PreparedWorkload:
         estimates=settings.sim_estimates,
         target_load=settings.sim_load,
         load_definition=settings.sim_load_definition,
+        predictions=predictions,
     )
     n = len(work.bound.jobs)
     if n <= settings.sim_jobs:

@@ -5,14 +5,19 @@ JetStream on a free port, creates a SQLite database file and migrates it, launch
 prioritizer and placer as their own processes (``python -m services.<name>``, configured only
 through ``HYLO_*`` variables, as deployed), waits for their ``/readyz``, and replays a workload
 through them as a live cluster would be scheduled (``services.adapter_sim``, lockstep). It ends
-with the pipeline's schedule against the base policy's on the same jobs.
+with the pipeline's schedule beside every base policy's on the same jobs.
+
+The prioritizer gets a model: ``--model DIR``, or by default, for the embedded workload on the
+embedded cluster, the model shipped with Hylo (``shared.presets.shipped``: its card's sha256 and
+then its weights are checked before anything starts); ``--no-model`` runs the base policy alone.
 
 ``hylo up`` does the same against a NATS server and a database the user already runs
 (``--nats-url``, ``--database-url``): nothing but the three services is started.
 
 Why the base policy is the comparison: with no model loaded the prioritizer falls back to it, and
 the two schedules must then be identical (the table says whether they are); with a model, the
-difference is the model's.
+difference is the model's. The other base policies are simulated on the same jobs beside it, so
+the table says where the pipeline stands among them, not only against its own fallback.
 """
 
 from __future__ import annotations
@@ -53,9 +58,12 @@ from shared.cli.run_bus import RunBus, throwaway_credentials, up_credentials
 from shared.cli.store_check import StoreCheck, placements_mark, run_check, wait_for_store
 from shared.domain.cluster import ClusterSpec, SpecError
 from shared.domain.load import DEFAULT_LOAD_DEFINITION, LoadDefinition, LoadOutOfReach, offered_load
-from shared.policies import POLICY_NAMES
+from shared.metrics import WindowMetrics, summarize_window
+from shared.policies import POLICY_NAMES, make_policy, needs_predictions
 from shared.sim.applied import RefusedStart
+from shared.sim.config import SimConfig
 from shared.sim.evaluate import EMBEDDED, PreparedWorkload
+from shared.sim.simulator import Simulator
 from shared.store.settings import safe_url
 
 #: the default demo: about a minute of replay on two cores (one pipeline round trip per cycle).
@@ -83,6 +91,8 @@ class ReplayOptions:
     max_pending: int
     job_id_prefix: str
     model: Path | None = None
+    #: what ``model`` is, for the output: ``--model PATH``, the shipped model, or why there is none
+    model_label: str = "none"
     speedup: float | None = None
     load_definition: LoadDefinition = DEFAULT_LOAD_DEFINITION
     #: ``load`` is the demo's default, not asked for: out of reach, the replay keeps its own times
@@ -131,22 +141,26 @@ class ReplayOptions:
 
 def _load(options: ReplayOptions) -> tuple[ReplayOptions, PreparedWorkload]:
     """The options as replayed and the workload, printed with its exclusions; a clean error when
-    it cannot be loaded.
+    it cannot be loaded. The generated workload carries the runtime predictor's predictions, which
+    the predictor-based base policies of the closing table read (the replay does not); a trace does
+    not: its predictions are computed over the whole trace, a minute for Philly the first time,
+    for the table of a replay of its first few hundred jobs (``_schedules`` says they are left out).
 
     The demo's default load out of reach (``hylo run --jobs 50``: too few jobs to keep the cluster
     that busy) is not an error: the replay keeps the workload's own times and says how to ask for a
     load. A ``--load`` given and out of reach is one, naming the loads that are reachable."""
     from shared.traces import TraceFormatError, TraceNotFoundError
 
+    predictions = options.trace is None or options.trace == EMBEDDED
     with console.status("loading workload"):
         try:
             try:
-                work = load_workload(options.settings())
+                work = load_workload(options.settings(), predictions=predictions)
             except LoadOutOfReach as err:
                 if not options.demo_load:
                     raise
                 options = replace(options, load=None, demo_load=False)
-                work = load_workload(options.settings())
+                work = load_workload(options.settings(), predictions=predictions)
                 console.print(
                     f"[yellow]the demo's offered load {DEMO_LOAD:g} is out of reach for "
                     f"{options.jobs:,} jobs (at most {err.most}): replaying at the generator's "
@@ -205,6 +219,40 @@ def _checkpoint(model: Path | None) -> Path | None:
             f"--model {model}: no checkpoint there (expected a directory with card.json and weights.pt)"
         )
     return path
+
+
+def _model_choice(
+    model: Path | None, no_model: bool, trace: str | None, cluster: str | None
+) -> tuple[Path | None, str]:
+    """The prioritizer's start-up model (its ``card.json``) and how to name it in the output.
+
+    ``--model`` wins; ``--no-model`` runs the base policy alone; otherwise the embedded workload on
+    the embedded cluster gets the model shipped for it, checked as ``--model`` is (card sha256
+    pinned by ``shared.presets.shipped``, then the weights against the card) before anything starts.
+    Other workloads get none by default: the shipped model was trained for that one only.
+    """
+    from shared.cli.checks import load_model
+    from shared.presets.shipped import ShippedModelError, shipped_for, verified_card
+
+    if model is not None and no_model:
+        raise fail("--model and --no-model: give one of them (--no-model runs the base policy alone)")
+    if model is not None:
+        return _checkpoint(model), f"--model {model}"
+    if no_model:
+        return None, "none (--no-model): the base policy decides"
+    embedded = (trace is None or trace == EMBEDDED) and (cluster is None or cluster == EMBEDDED)
+    shipped = shipped_for(EMBEDDED) if embedded else None
+    if shipped is None:
+        return (
+            None,
+            "none: the base policy decides (the shipped model is for the embedded cluster; --model DIR)",
+        )
+    try:
+        card = verified_card(shipped)
+    except ShippedModelError as err:
+        raise fail(f"{err}, or pass --no-model or --model DIR") from None
+    load_model(card.parent, "the shipped model")
+    return card, f"the shipped {shipped.name} model: {shipped.summary}"
 
 
 def _start_services(
@@ -312,31 +360,73 @@ def _fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"
 
 
-def _table(run: AdapterRun, cmp: Comparison, offered: float) -> Table:
-    """Both schedules side by side; below the per-job metrics, how loaded the cluster was over the
-    arrival span: the offered load (the same jobs for both), utilization and the queue."""
+def _schedules(
+    run: AdapterRun, cmp: Comparison, work: PreparedWorkload, config: SimConfig
+) -> dict[str, WindowMetrics]:
+    """Every base policy's schedule of the replayed jobs, simulated under the scheduler the placer
+    runs (the fallback's is the comparison's own run), summarized as the pipeline's is; the
+    predictor-based ones only when the workload carries predictions (``_load``)."""
+    from shared.prediction.attach import has_predictions
+
+    jobs = range(len(work.bound.jobs))
+    predicted = has_predictions(work.bound.jobs)
+    out: dict[str, WindowMetrics] = {}
+    for name in POLICY_NAMES:
+        if name == run.base_policy:
+            out[name] = cmp.base
+            continue
+        if not predicted and needs_predictions([name]):
+            continue
+        result = Simulator(work.bound, make_policy(name), config).run()
+        out[name] = summarize_window(result, jobs, excluded=work.excluded_count, label=name)
+    return out
+
+
+_COLUMNS = ("mean wait (s)", "p99 wait (s)", "mean JCT (s)", "mean BSLD", "GPU util", "mean queue", "queued")
+
+
+def _table(run: AdapterRun, cmp: Comparison, schedules: dict[str, WindowMetrics], model: bool) -> Table:
+    """One row per schedule of the same jobs: the pipeline's, then each base policy's (the
+    prioritizer's fallback marked), with the per-job metrics and, over the arrival span, how busy
+    the cluster was."""
     table = Table(
-        title=f"pipeline vs {run.base_policy} on the same {cmp.pipeline.n_jobs:,} jobs",
-        caption="over the arrival span (first to last arrival); offered load: the utilization if "
-        "every job started on arrival",
+        title=f"the pipeline and every base policy on the same {cmp.pipeline.n_jobs:,} jobs",
+        caption="waits, JCT and slowdown over every job; GPU utilization and the queue over the arrival "
+        "span (first to last arrival)",
     )
-    table.add_column("metric")
-    table.add_column("pipeline", justify="right")
-    table.add_column(run.base_policy, justify="right")
-    pl, ba = cmp.pipeline, cmp.base
-    rows: list[tuple[str, float, float, int]] = [
-        ("mean wait (s)", pl.wait_s.mean, ba.wait_s.mean, 1),
-        ("p99 wait (s)", pl.wait_s.p99, ba.wait_s.p99, 1),
-        ("mean JCT (s)", pl.jct_s.mean, ba.jct_s.mean, 1),
-        ("mean bounded slowdown", pl.bsld.mean, ba.bsld.mean, 3),
-        ("offered load", offered, offered, 3),
-        ("GPU utilization", pl.utilization, ba.utilization, 3),
-        ("mean queue (jobs)", pl.queue_mean, ba.queue_mean, 1),
-        ("queue non-empty (share of time)", pl.queued_frac, ba.queued_frac, 3),
-    ]
-    for name, a, b, digits in rows:
-        table.add_row(name, _fmt(a, digits), _fmt(b, digits))
+    table.add_column("schedule")
+    for name in _COLUMNS:
+        table.add_column(name, justify="right")
+    fallback = f"{run.base_policy}, the fallback"
+    pipeline = "pipeline (model)" if model else f"pipeline (no model: {run.base_policy})"
+    rows = [(f"[bold]{pipeline}[/]", cmp.pipeline)]
+    for name, metrics in schedules.items():
+        label = fallback if name == run.base_policy else name
+        if make_policy(name).clairvoyant:
+            label += " (true runtimes)"
+        rows.append((escape(label), metrics))
+    for label, m in rows:
+        table.add_row(
+            label,
+            _fmt(m.wait_s.mean),
+            _fmt(m.wait_s.p99),
+            _fmt(m.jct_s.mean),
+            _fmt(m.bsld.mean, 3),
+            _fmt(m.utilization, 3),
+            _fmt(m.queue_mean),
+            _fmt(m.queued_frac, 3),
+        )
     return table
+
+
+def _load_line(offered: float, cmp: Comparison, capacity_gpus: float) -> str:
+    """Offered load and utilization in one plain sentence, with this run's numbers."""
+    return (
+        f"offered load {offered:.2f}: the GPUs these jobs would keep busy between the first and the last "
+        f"arrival if each started the moment it arrived, as a share of the cluster's {capacity_gpus:,.0f} "
+        f"(1 = full); GPU utilization {cmp.pipeline.utilization:.2f} (pipeline): the share really busy "
+        "then, lower when jobs wait; queued: the share of that time with a job waiting"
+    )
 
 
 def _summary_lines(run: AdapterRun, cmp: Comparison, options: ReplayOptions) -> list[str]:
@@ -439,6 +529,7 @@ def _drive(
     settings = options.settings()
     bus = run_bus.base
     env = _service_env(options, bus.nats_url, database_url, bus.subject_root)
+    console.print(f"model: {escape(options.model_label)}", soft_wrap=True)
     if run_bus.credentials is not None:
         run_bus.init_streams()
     _start_services(stack, env, ready_timeout, run_bus.service_env(PIPELINE))
@@ -449,7 +540,17 @@ def _drive(
     with console.status("stopping the pipeline"):
         stack.stop()
     cmp = compare_with_base(run, work, sim_config(settings))
-    console.print(_table(run, cmp, _offered(work)))
+    with console.status("simulating every base policy on the same jobs"):
+        schedules = _schedules(run, cmp, work, sim_config(settings))
+    console.print(_table(run, cmp, schedules, options.model is not None))
+    console.print(_load_line(_offered(work), cmp, work.spec.total_gpus), soft_wrap=True)
+    left_out = [name for name in POLICY_NAMES if name not in schedules]
+    if left_out:
+        console.print(
+            f"not in the table: {', '.join(left_out)} (they order by the runtime predictor's "
+            "predictions, computed for the embedded workload only; hylo simulate --trace compares them)",
+            soft_wrap=True,
+        )
     for line in _summary_lines(run, cmp, options):
         console.print(line, soft_wrap=True)
     console.print(f"database: {escape(db_label)} ({stored})", soft_wrap=True)
@@ -461,9 +562,9 @@ def _drive(
         "offered_definition": "in-span",
     }
     lost = {} if isinstance(check, str) else check.to_json()
-    path = _report(
-        stack.workdir, run, cmp, work, {**extra, "store": stored, "store_check": lost, "load": load}
-    )
+    policies = {name: m.to_json_dict() for name, m in schedules.items()}
+    extra = {**extra, "store": stored, "store_check": lost, "load": load, "policies": policies}
+    path = _report(stack.workdir, run, cmp, work, {**extra, "model": options.model_label})
     console.print(f"report: {path}; service logs in {stack.workdir}", soft_wrap=True)
     _exit_on_lost_rows(check, options.cluster_name)
 
@@ -542,7 +643,13 @@ SpeedupOpt = Annotated[
 ]
 ModelOpt = Annotated[
     Path | None,
-    typer.Option(help="checkpoint for the prioritizer (hylo train's output); default: none, the base policy"),
+    typer.Option(
+        help="checkpoint for the prioritizer (hylo train's output); default: the model shipped with "
+        "Hylo for the embedded workload on the embedded cluster, none (the base policy) otherwise"
+    ),
+]
+NoModelOpt = Annotated[
+    bool, typer.Option("--no-model", help="no model: the prioritizer's base policy decides every cycle")
 ]
 
 
@@ -559,11 +666,13 @@ def run_command(
     out: OutOpt = Path("hylo-out/run"),
     ready_timeout: ReadyOpt = 180.0,
     model: ModelOpt = None,
+    no_model: NoModelOpt = False,
     speedup: SpeedupOpt = None,
     store_wait: StoreWaitOpt = 120.0,
 ) -> None:
     """Run the whole pipeline locally (NATS, SQLite, featurizer, prioritizer, placer) on a simulated
-    cluster, and compare its schedule with the base policy's on the same jobs."""
+    cluster, and compare its schedule with every base policy's on the same jobs."""
+    checkpoint, model_label = _model_choice(model, no_model, trace, cluster)
     options = ReplayOptions(
         trace=trace,
         cluster=cluster,
@@ -577,7 +686,8 @@ def run_command(
         decision_timeout=decision_timeout,
         max_pending=max_pending,
         job_id_prefix="",
-        model=_checkpoint(model),
+        model=checkpoint,
+        model_label=model_label,
         speedup=speedup,
         store_wait_s=store_wait,
     )
@@ -629,6 +739,7 @@ def up_command(
     out: OutOpt = Path("hylo-out/up"),
     ready_timeout: ReadyOpt = 180.0,
     model: ModelOpt = None,
+    no_model: NoModelOpt = False,
     speedup: SpeedupOpt = None,
     store_wait: StoreWaitOpt = 120.0,
     credentials: Annotated[
@@ -642,6 +753,7 @@ def up_command(
     """Like ``hylo run``, against a NATS server and a database you already run: starts only the
     featurizer, prioritizer and placer, then replays the simulated cluster through them."""
     run_id = f"r{uuid.uuid4().hex[:8]}-"
+    checkpoint, model_label = _model_choice(model, no_model, trace, cluster)
     options = ReplayOptions(
         trace=trace,
         cluster=cluster,
@@ -655,7 +767,8 @@ def up_command(
         decision_timeout=decision_timeout,
         max_pending=max_pending,
         job_id_prefix=run_id,  # outcomes are unique per (cluster, job id): a replay must not collide
-        model=_checkpoint(model),
+        model=checkpoint,
+        model_label=model_label,
         speedup=speedup,
         store_wait_s=store_wait,
     )
