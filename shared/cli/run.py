@@ -721,7 +721,12 @@ def run_command(
 def up_command(
     nats_url: Annotated[str, typer.Option(help="NATS server(s) with JetStream, e.g. nats://host:4222")],
     database_url: Annotated[
-        str, typer.Option(help="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/hylo")
+        str,
+        typer.Option(
+            "--database-url",
+            "--database",
+            help="the store: a SQLite file path or a SQLAlchemy URL, e.g. postgresql://user@host/hylo",
+        ),
     ],
     cluster_name: Annotated[
         str, typer.Option(help="cluster name on the bus (a new run id is prefixed to job ids)")

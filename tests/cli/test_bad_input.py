@@ -190,6 +190,7 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["run", "--model", "{d}/truncated"], ["--model", "truncated", "not a zip file"]),
     (["run", "--model", "{d}/corrupt"], ["--model", "corrupt", "weights cannot be read"]),
     (["up", "--nats-url", "nats://127.0.0.1:1", "--database-url", MYSQL], ["--database-url", SUPPORTED]),
+    (["up", "--nats-url", "nats://127.0.0.1:1", "--database", MYSQL], ["--database-url", SUPPORTED]),
     (["up", "--database-url", "{d}/x.db"], ["Missing option '--nats-url'"]),
     # -- hylo tokens, bus, the root
     (["tokens", "create"], ["Missing option '--name'"]),
