@@ -36,7 +36,7 @@ from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
 from shared.rl.run_log import SCALARS_FILE, TENSORBOARD_DIR, ScalarLog
 from shared.rl.setup import RunSetup, load_runner
-from shared.rl.train_state import STATE_FILE, TrainingInterrupted, TrainState
+from shared.rl.train_state import STATE_FILE, TrainingInterrupted, TrainState, is_interrupt
 from shared.rl.trainer import TrainConfig, TrainResult, continues, split_windows, train
 from shared.sim.evaluate import PreparedWorkload
 
@@ -279,7 +279,9 @@ def _train_in_folder(run: TrainRun, plan: RunPlan, out: Path, meta: dict[str, An
         saver.save_state(result.state)
         _write_outputs(run, result, saver, out, plan.options.test_windows, t0)
         saver.save_state(result.state, finished=True)
-    except KeyboardInterrupt as stop:
+    except (KeyboardInterrupt, SystemError) as stop:
+        if not is_interrupt(stop):
+            raise
         last = stop.state if isinstance(stop, TrainingInterrupted) and stop.state else saver.latest
         raise stop_interrupted(saver, last, out) from None
     finally:

@@ -65,6 +65,16 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.state = state
 
 
+def is_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` is Ctrl-C: a ``KeyboardInterrupt``, or the ``SystemError`` CPython raises
+    when the interrupt arrives while a C function runs ("<class 'int'> returned a result with an
+    exception set", caused by the ``KeyboardInterrupt``). Without the second form an unlucky
+    Ctrl-C ended a run with an "unexpected" error instead of saving it."""
+    if isinstance(err, KeyboardInterrupt):
+        return True
+    return isinstance(err, SystemError) and isinstance(err.__cause__ or err.__context__, KeyboardInterrupt)
+
+
 class StateFileError(ValueError):
     """A state file that cannot be resumed from (unreadable, or another format)."""
 

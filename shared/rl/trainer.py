@@ -43,7 +43,7 @@ from shared.model import ActorCritic, ModelConfig
 from shared.rl.episodes import EpisodeResult, EpisodeRunner, EpisodeSettings, episode_seed
 from shared.rl.policy import Mode
 from shared.rl.ppo import PPOConfig, RolloutBatch, ppo_update
-from shared.rl.train_state import TrainingInterrupted, TrainState
+from shared.rl.train_state import TrainingInterrupted, TrainState, is_interrupt
 from shared.scheduling.binding import BoundWorkload
 
 
@@ -354,7 +354,9 @@ def train(
     with episode_pool(runner, cfg.model, cfg.workers) as pool:
         try:
             loop.run(pool, progress, on_epoch)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemError) as err:
+            if not is_interrupt(err):
+                raise
             raise TrainingInterrupted(loop.saved) from None
     return loop.result()
 

@@ -296,3 +296,45 @@ def test_ctrl_c_while_writing_the_outputs_and_resume_writes_them(
     log = json.loads((out / "train_log.json").read_text())
     assert [row["epoch"] for row in log["history"]] == [0, 1, 2]
     assert card(out)["training"]["extra"]["checkpoint"]["kind"] == "final"
+
+
+def test_ctrl_c_inside_a_c_call_is_saved_like_any_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CPython reports an interrupt that lands while a C function runs as a SystemError caused by
+    # the KeyboardInterrupt ("<class 'int'> returned a result with an exception set"): seen on CI
+    out = tmp_path / "run"
+    calls = {"n": 0}
+    validate = trainer_module._Loop.validate
+
+    def stop_in_c(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return validate(self, *args, **kwargs)
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise SystemError("<class 'int'> returned a result with an exception set") from interrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module._Loop, "validate", stop_in_c)
+        stopped = train("--epochs", "5", "--out", str(out))
+    assert stopped.exit_code == 130, stopped.output
+    assert "unexpected" not in stopped.output and f"hylo train --resume {out}" in stopped.output
+    assert card(out)["training"]["extra"]["checkpoint"]["kind"] == "interrupted"
+
+
+def test_a_system_error_that_is_no_interrupt_is_not_taken_for_one() -> None:
+    from shared.rl.train_state import is_interrupt
+
+    try:
+        raise SystemError("something else")
+    except SystemError as err:
+        assert not is_interrupt(err)
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise SystemError("x") from interrupt
+    except SystemError as err:
+        assert is_interrupt(err)
