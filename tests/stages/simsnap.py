@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.domain.jobs import WHOLE_GPU_MILLI
+from shared.policies.base import Policy, PolicyContext
 from shared.scheduling.binding import BoundWorkload
 from shared.scheduling.placement import make_placer
 from shared.scheduling.state import Alloc, ClusterState
@@ -78,6 +79,21 @@ def fill_cluster(
         allocs[int(j)] = a
         starts[int(j)] = float(start[j] if isinstance(start, Mapping) else start)
     return SimCluster(workload, state, allocs, starts, est)
+
+
+def simulator_order(policy: Policy, sim: SimCluster, queued: np.ndarray, now: float) -> list[str]:
+    """The ids of ``queued`` in the order ``policy`` gives them in the simulator, on ``sim``'s
+    cluster (bound, attached to the running jobs and told of their starts): what a service stage
+    must reproduce from the snapshot of the same moment."""
+    workload = sim.workload
+    policy.bind(
+        PolicyContext(workload=workload, estimate=sim.estimate, capacity_gpus=workload.spec.total_gpus)
+    )
+    policy.attach(sim.state, sim.allocs)  # type: ignore[attr-defined]
+    for j in sim.allocs:
+        policy.on_start(j, sim.start[j])  # type: ignore[attr-defined]
+    keys = policy.keys(queued, now)
+    return [str(workload.jobs.ids[queued[k]]) for k in np.lexsort((np.arange(len(queued)), keys))]
 
 
 def pending_job(workload: BoundWorkload, j: int, estimate: np.ndarray) -> PendingJob:

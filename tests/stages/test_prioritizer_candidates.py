@@ -19,12 +19,12 @@ from services.prioritizer.settings import PrioritizerSettings
 from services.prioritizer.stage import PrioritizerStage
 from shared.domain.cluster import load_cluster_spec
 from shared.model import ActorCritic, ModelConfig
-from shared.policies import PolicyContext, make_policy
+from shared.policies import make_policy
 from shared.rl.policy import LearnedPolicy
 from shared.scheduling.binding import bind_jobs
 from shared.schemas import FeatureMatrix, PriorityVector, QueueSnapshot
 from shared.workload import generate_for_cluster
-from tests.stages.simsnap import fill_cluster, snapshot_of
+from tests.stages.simsnap import fill_cluster, simulator_order, snapshot_of
 
 K = 16
 
@@ -64,17 +64,13 @@ def simulated(queued_count: int, running_count: int = 150, seed: int = 5) -> tup
 
 
 def test_the_model_ranks_the_first_k_and_the_rest_keep_base_order() -> None:
-    spec, bound, est, sim, queued, now = simulated(60)
+    spec, bound, _, sim, queued, now = simulated(60)
     jobs = bound.jobs
     torch.manual_seed(7)
     model = Counting(ModelConfig(max_queue=256, top_k=8))  # its own window holds the whole queue
-    policy = LearnedPolicy(model, make_policy("fcfs"), mode="greedy", max_queue=K)
-    policy.bind(PolicyContext(workload=bound, estimate=est, capacity_gpus=spec.total_gpus))
-    policy.attach(sim.state, sim.allocs)
-    for j in sim.allocs:
-        policy.on_start(j, sim.start[j])
-    keys = policy.keys(queued, now)
-    expected = [str(jobs.ids[queued[k]]) for k in np.lexsort((np.arange(len(queued)), keys))]
+    expected = simulator_order(
+        LearnedPolicy(model, make_policy("fcfs"), mode="greedy", max_queue=K), sim, queued, now
+    )
 
     snapshot = snapshot_of(sim, queued.tolist(), now, cluster="embedded")
     m = FeaturizerStage({"embedded": spec}).handle(snapshot)

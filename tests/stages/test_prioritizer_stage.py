@@ -21,13 +21,13 @@ from shared.domain.cluster import load_cluster_spec
 from shared.features import FeatureSampler, FeatureSchema, SamplingConfig
 from shared.model import ActorCritic, CardFeatures, ModelCard, ModelConfig, TrainingInfo, save_checkpoint
 from shared.model.checkpoint import WEIGHTS_FILE, file_sha256
-from shared.policies import PolicyContext, make_policy
+from shared.policies import make_policy
 from shared.rl.policy import LearnedPolicy
 from shared.scheduling.binding import bind_jobs
 from shared.schemas import FeatureMatrix, ModelVersion, PriorityVector, QueueSnapshot
 from shared.schemas.stage_error import StageError
 from shared.workload import generate_for_cluster
-from tests.stages.simsnap import fill_cluster, snapshot_of
+from tests.stages.simsnap import fill_cluster, simulator_order, snapshot_of
 from tests.stages.stage_helpers import node, pend, snap, two_group_spec
 
 SPEC = two_group_spec()
@@ -266,13 +266,7 @@ def test_model_order_equals_learned_policy_in_the_simulator(max_queue: int, with
 
     torch.manual_seed(7)
     model = ActorCritic(ModelConfig(max_queue=max_queue, top_k=8))
-    policy = LearnedPolicy(model, make_policy("fcfs"), mode="greedy")
-    policy.bind(PolicyContext(workload=bound, estimate=est, capacity_gpus=spec.total_gpus))
-    policy.attach(sim.state, sim.allocs)
-    for j in sim.allocs:
-        policy.on_start(j, sim.start[j])
-    keys = policy.keys(queued, now)
-    expected = [str(jobs.ids[queued[k]]) for k in np.lexsort((np.arange(len(queued)), keys))]
+    expected = simulator_order(LearnedPolicy(model, make_policy("fcfs"), mode="greedy"), sim, queued, now)
 
     snapshot = snapshot_of(sim, queued.tolist(), now, cluster="embedded")
     m = FeaturizerStage({"embedded": spec}).handle(snapshot)
