@@ -25,7 +25,7 @@ header costs at most the bound, never what it claims.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
@@ -73,19 +73,27 @@ _RATIO_HELP = (
 )
 
 
+#: each limit's bound and help, once: ``Limits`` (what messages are validated under) and
+#: ``LimitSettings`` (where the values come from) declare the same fields with them
+MessageBytes = Annotated[int, Field(ge=1024, description=_MESSAGE_BYTES_HELP)]
+JobCount = Annotated[int, Field(ge=1, description=_JOBS_HELP)]
+RunningCount = Annotated[int, Field(ge=1, description="running jobs per snapshot")]
+NodeCount = Annotated[int, Field(ge=1, description="node states per snapshot")]
+TableBytes = Annotated[int, Field(ge=1024, description=_TABLE_HELP)]
+InflateRatio = Annotated[int, Field(ge=1, description=_RATIO_HELP)]
+
+
 class Limits(BaseModel):
     """Upper bounds on a message's size; every count is checked with a message naming the field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_message_bytes: int = Field(
-        default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024, description=_MESSAGE_BYTES_HELP
-    )
-    max_jobs: int = Field(default=DEFAULT_MAX_JOBS, ge=1, description=_JOBS_HELP)
-    max_running: int = Field(default=DEFAULT_MAX_RUNNING, ge=1, description="running jobs per snapshot")
-    max_nodes: int = Field(default=DEFAULT_MAX_NODES, ge=1, description="node states per snapshot")
-    max_table_bytes: int = Field(default=DEFAULT_MAX_TABLE_BYTES, ge=1024, description=_TABLE_HELP)
-    max_inflate_ratio: int = Field(default=DEFLATE_MAX_RATIO, ge=1, description=_RATIO_HELP)
+    max_message_bytes: MessageBytes = DEFAULT_MAX_MESSAGE_BYTES
+    max_jobs: JobCount = DEFAULT_MAX_JOBS
+    max_running: RunningCount = DEFAULT_MAX_RUNNING
+    max_nodes: NodeCount = DEFAULT_MAX_NODES
+    max_table_bytes: TableBytes = DEFAULT_MAX_TABLE_BYTES
+    max_inflate_ratio: InflateRatio = DEFLATE_MAX_RATIO
 
     def context(self) -> dict[str, Any]:
         """The validation context that makes models check against these limits."""
@@ -97,14 +105,12 @@ class LimitSettings(HyloBaseSettings):
     ``HYLO_MAX_RUNNING``, ``HYLO_MAX_NODES``, ``HYLO_MAX_TABLE_BYTES``, ``HYLO_MAX_INFLATE_RATIO``
     (or the same keys in ``hylo.toml``). ``BusSettings`` extends it."""
 
-    max_message_bytes: int = Field(
-        default=DEFAULT_MAX_MESSAGE_BYTES, ge=1024, description=_MESSAGE_BYTES_HELP
-    )
-    max_jobs: int = Field(default=DEFAULT_MAX_JOBS, ge=1, description=_JOBS_HELP)
-    max_running: int = Field(default=DEFAULT_MAX_RUNNING, ge=1, description="running jobs per snapshot")
-    max_nodes: int = Field(default=DEFAULT_MAX_NODES, ge=1, description="node states per snapshot")
-    max_table_bytes: int = Field(default=DEFAULT_MAX_TABLE_BYTES, ge=1024, description=_TABLE_HELP)
-    max_inflate_ratio: int = Field(default=DEFLATE_MAX_RATIO, ge=1, description=_RATIO_HELP)
+    max_message_bytes: MessageBytes = DEFAULT_MAX_MESSAGE_BYTES
+    max_jobs: JobCount = DEFAULT_MAX_JOBS
+    max_running: RunningCount = DEFAULT_MAX_RUNNING
+    max_nodes: NodeCount = DEFAULT_MAX_NODES
+    max_table_bytes: TableBytes = DEFAULT_MAX_TABLE_BYTES
+    max_inflate_ratio: InflateRatio = DEFLATE_MAX_RATIO
 
     def limits(self) -> Limits:
         """These settings as the ``Limits`` messages are validated under."""
