@@ -79,22 +79,23 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
             "<table><tr><th>parameter</th><th>in</th><th>required</th><th>type</th><th>description</th></tr>"
         )
         for p in params:
+            said = p.get("description") or p.get("schema", {}).get("description", "")
             cells = (
-                p.get("name", ""),
-                p.get("in", ""),
+                escape(str(p.get("name", ""))),
+                escape(str(p.get("in", ""))),
                 "yes" if p.get("required") else "no",
-                _type(p.get("schema", {})),
-                p.get("description") or p.get("schema", {}).get("description", ""),
+                _type(p.get("schema", {}), link=False),
+                escape(str(said)),
             )
-            rows.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         rows.append("</table>")
     body = op.get("requestBody", {}).get("content", {})
     for media, content in body.items():
-        rows.append(f"<p>Body ({escape(media)}): {_link(content.get('schema', {}))}</p>")
+        rows.append(f"<p>Body ({escape(media)}): {_type(content.get('schema', {}))}</p>")
     rows.append("<table><tr><th>response</th><th>description</th><th>body</th></tr>")
     for code, response in op.get("responses", {}).items():
         media = response.get("content", {})
-        shown = ", ".join(_link(c.get("schema", {})) for c in media.values()) or "-"
+        shown = ", ".join(_type(c.get("schema", {})) for c in media.values()) or "-"
         said = escape(response.get("description", ""))
         rows.append(f"<tr><td>{escape(str(code))}</td><td>{said}</td><td>{shown}</td></tr>")
     rows.append("</table></div>")
@@ -110,7 +111,7 @@ def _schema(name: str, schema: dict[str, Any]) -> str:
         rows.append("<table><tr><th>field</th><th>type</th><th>required</th><th>description</th></tr>")
         for field, sub in props.items():
             said = escape(str(sub.get("description", "")))
-            cells = (escape(field), _link(sub), "yes" if field in required else "no", said)
+            cells = (escape(field), _type(sub), "yes" if field in required else "no", said)
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         rows.append("</table>")
     elif "enum" in schema:
@@ -118,26 +119,15 @@ def _schema(name: str, schema: dict[str, Any]) -> str:
     return "\n".join(r for r in rows if r)
 
 
-def _type(schema: dict[str, Any]) -> str:
-    """A schema's type in words (plain text)."""
+def _type(schema: dict[str, Any], link: bool = True) -> str:
+    """A schema's type as HTML (escaped), naming the schemas it refers to, as links to them when
+    ``link``."""
     if "$ref" in schema:
-        return str(schema["$ref"]).rsplit("/", 1)[-1]
+        name = escape(str(schema["$ref"]).rsplit("/", 1)[-1])
+        return f"<a href='#schema-{escape(name, quote=True)}'>{name}</a>" if link else name
     for key in ("anyOf", "oneOf"):
         if key in schema:
-            return " | ".join(_type(s) for s in schema[key])
+            return " | ".join(_type(s, link) for s in schema[key])
     if schema.get("type") == "array":
-        return f"array of {_type(schema.get('items', {}))}"
-    return str(schema.get("type", "any"))
-
-
-def _link(schema: dict[str, Any]) -> str:
-    """A schema's type as HTML, linking to the schemas it names."""
-    if "$ref" in schema:
-        name = str(schema["$ref"]).rsplit("/", 1)[-1]
-        return f"<a href='#schema-{escape(name, quote=True)}'>{escape(name)}</a>"
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return " | ".join(_link(s) for s in schema[key])
-    if schema.get("type") == "array":
-        return f"array of {_link(schema.get('items', {}))}"
+        return f"array of {_type(schema.get('items', {}), link)}"
     return escape(str(schema.get("type", "any")))
