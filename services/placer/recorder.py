@@ -1,9 +1,10 @@
 """The recorder: every decision, job, outcome, model version and shadow score lands in the store.
 
 Why it is its own part, off the deciding path: a decision is a pure function of a vector and its
-snapshot (``stage.py``), and writing its rows (1,024 for a 1,024-job queue) costs more CPU than
-deciding. Each write is a durable consumer of its own stream that acks after its write commits, so
-a crash anywhere redelivers and every row lands exactly once (every write is insert-or-ignore on a
+snapshot (``stage.py``), and writing its rows (1,024 for a 1,024-job queue, as columns in one
+statement: ``shared.store.bulk``, ``docs/results/recorder-cost.md``) is work the next decision need
+not wait for. Each write is a durable consumer of its own stream that acks after its write commits,
+so a crash anywhere redelivers and every row lands exactly once (every write is insert-or-ignore on a
 natural key), across restarts too. The recorder runs in the placer's process
 (``HYLO_PLACER_ROLE=all``) or in processes of its own (``record``), shared by all replicas through
 the durable consumers' queue groups.

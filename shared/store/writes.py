@@ -3,12 +3,18 @@
 Why insert-or-ignore and not "check, then insert": two replicas (or one replica and its redelivered
 message after a crash) may write the same decision at the same moment; only the database's unique
 constraint decides atomically. PostgreSQL and SQLite both implement ``INSERT ... ON CONFLICT DO
-NOTHING`` (SQLite's INSERT OR IGNORE for a named conflict target), and both return the rows really
-inserted through RETURNING, so callers learn whether the message was new.
+NOTHING`` (SQLite's INSERT OR IGNORE for a named conflict target), and both tell how many rows were
+really inserted, so callers learn whether the message was new.
+
+The writes of many rows per message (a decision's rows, a queue's jobs, a shadow model's ranks) go
+through ``shared.store.bulk``: the message's columns straight to the driver, one statement per
+message, without SQLAlchemy's per-row and per-value work, which was most of the recorder's CPU
+(issue 22, item 2). The writes of one row keep ``insert_or_ignore``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -19,15 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, ShadowPriorities
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
+from shared.store.bulk import BulkInsert, json_rows
 from shared.store.models import (
     DECISION_KEY,
     Cluster,
-    Decision,
-    Job,
     ModelVersionEvent,
     ModelVersionRow,
     Outcome,
-    ShadowPriority,
     table_of,
 )
 
@@ -80,40 +84,60 @@ async def record_jobs(conn: AsyncConnection, snapshot: QueueSnapshot) -> int:
     return await record_pending(conn, snapshot.cluster, snapshot.pending)
 
 
+#: ``jobs`` as the recorder writes it: the cluster once, every other column per job
+JOBS_INSERT = BulkInsert(
+    table="jobs",
+    key=("cluster", "job_id"),
+    shared=(("cluster", "text"),),
+    per_row=(
+        ("job_id", "text"),
+        ("submit_s", "float8"),
+        ("gpus", "int4"),
+        ("gpu_milli", "int4"),
+        ("cpus_milli", "int8"),
+        ("mem_mib", "int8"),
+        ("est_runtime_s", "float8"),
+        ("user_name", "text"),
+        ("partition", "text"),
+        ("qos", "text"),
+        ("gpu_types", "jsonb"),
+    ),
+)
+
+
+def _json_once(lists: Sequence[Sequence[str]]) -> list[str]:
+    """Each list as JSON text, each distinct list encoded once."""
+    done: dict[tuple[str, ...], str] = {}
+    out = []
+    for value in lists:
+        key = tuple(value)
+        text = done.get(key)
+        if text is None:
+            text = done[key] = json.dumps(key)
+        out.append(text)
+    return out
+
+
 async def record_pending(conn: AsyncConnection, cluster: str, jobs: PendingJobs) -> int:
-    """Record pending jobs of ``cluster`` the first time they are seen; returns the new ones."""
+    """Record pending jobs of ``cluster`` the first time they are seen; returns the new ones.
+
+    The columns of the message go to the database as they are (``shared.store.bulk``); only the GPU
+    types are encoded, once per distinct list (a queue's jobs share a few)."""
     await ensure_cluster(conn, cluster)
-    rows = [
-        {
-            "cluster": cluster,
-            "job_id": job_id,
-            "submit_s": submit,
-            "gpus": gpus,
-            "gpu_milli": milli,
-            "cpus_milli": cpus,
-            "mem_mib": mem,
-            "est_runtime_s": est,
-            "user_name": user,
-            "partition": partition,
-            "qos": qos,
-            "gpu_types": list(types),
-        }
-        for job_id, submit, gpus, milli, cpus, mem, est, user, partition, qos, types in zip(
-            jobs.job_id,
-            jobs.submit_s,
-            jobs.gpus,
-            jobs.gpu_milli,
-            jobs.cpus_milli,
-            jobs.mem_mib,
-            jobs.est_runtime_s,
-            jobs.user,
-            jobs.partition,
-            jobs.qos,
-            jobs.gpu_types,
-            strict=True,
-        )
-    ]
-    return await insert_or_ignore(conn, table_of(Job), rows, ["cluster", "job_id"])
+    columns = (
+        jobs.job_id,
+        jobs.submit_s,
+        jobs.gpus,
+        jobs.gpu_milli,
+        jobs.cpus_milli,
+        jobs.mem_mib,
+        jobs.est_runtime_s,
+        jobs.user,
+        jobs.partition,
+        jobs.qos,
+        _json_once(jobs.gpu_types),
+    )
+    return await JOBS_INSERT.insert(conn, (cluster,), columns)
 
 
 def placer_status(placed: bool, reserved_s: float | None) -> str:
@@ -125,64 +149,90 @@ def placer_status(placed: bool, reserved_s: float | None) -> str:
     return "waiting" if reserved_s is None else "reserved"
 
 
+#: ``decisions`` as the recorder writes it: what the whole decision shares once, the rest per job
+DECISIONS_INSERT = BulkInsert(
+    table="decisions",
+    key=DECISION_KEY,
+    shared=(
+        ("correlation_id", "text"),
+        ("cluster", "text"),
+        ("snapshot_time", "float8"),
+        ("sequence", "int8"),
+        ("policy", "text"),
+        ("model_version", "text"),
+        ("fallback", "text"),
+        ("latencies_ms", "jsonb"),
+        ("latency_ms", "float8"),
+        ("placer", "text"),
+        ("solver_status", "text"),
+    ),
+    per_row=(
+        ("job_id", "text"),
+        ("rank", "int4"),
+        ("priority", "float8"),
+        ("nodes", "jsonb"),
+        ("placed", "bool"),
+        ("mode", "text"),
+        ("features", "jsonb"),
+        ("score", "float8"),
+        ("placer_status", "text"),
+        ("reserved_s", "float8"),
+        ("raw_features", "jsonb"),
+    ),
+)
+
+
 async def record_decision(conn: AsyncConnection, decision: PlacementDecision) -> int:
     """Store one row per job of a decision; a redelivered decision inserts nothing.
 
     Beside the order it stores what the placer and the model knew (schema version 7): each job's
     placer status and reservation, the model's raw score, and the raw values behind its features
     (``raw_features``: only the few quantities no other table holds; the job's own request and times
-    are in ``jobs``). All of it comes from the message's columns: no extra statement per row.
+    are in ``jobs``). All of it comes from the message's columns, written as columns in one statement
+    (``shared.store.bulk``): what the decision's rows share is sent once, and the features' JSON is
+    printed by one format string per row (``json_rows``).
 
     The conflict key holds the snapshot's time (``DECISION_KEY``): a redelivered decision carries the
     same one, so on a partitioned PostgreSQL store it lands in the same partition as its first copy and
     the unique index there turns it away.
     """
     await ensure_cluster(conn, decision.cluster)
-    total = sum(decision.latencies_ms.values()) if decision.latencies_ms else None
     cols = decision.placements
     n = len(cols)
-    nodes = cols.node_lists()
-    names = cols.feature_columns
-    features = cols.features or ((),) * n
-    raw_names = cols.raw_feature_columns
-    raws: Sequence[Sequence[float] | None] = cols.raw_features or (None,) * n
-    scores: Sequence[float | None] = cols.score or (None,) * n
-    reserved: Sequence[float | None] = cols.reserved_s or (None,) * n
+    placed = [count > 0 for count in cols.node_count]
+    nodes = [json.dumps(on) if on else "[]" for on in cols.node_lists()]
+    features = json_rows(cols.feature_columns, cols.features) if cols.features else ["{}"] * n
+    raws = json_rows(cols.raw_feature_columns, cols.raw_features) if cols.raw_features else [None] * n
+    reserved: Sequence[float | None] = cols.reserved_s or [None] * n
+    statuses = [placer_status(p, when) for p, when in zip(placed, reserved, strict=True)]
     latencies = dict(decision.latencies_ms)
-    fixed = {
-        "correlation_id": decision.correlation_id,
-        "cluster": decision.cluster,
-        "snapshot_time": decision.snapshot_time,
-        "sequence": decision.sequence,
-        "policy": decision.policy,
-        "model_version": decision.model_version,
-        "fallback": decision.fallback,
-        "latencies_ms": latencies,
-        "latency_ms": total,
-        "placer": decision.placer,
-        "solver_status": decision.placer_status,
-    }
-    rows = [
-        {
-            **fixed,
-            "job_id": job_id,
-            "rank": rank,
-            "priority": priority,
-            "nodes": list(on),
-            "placed": bool(on),
-            "mode": mode,
-            "features": dict(zip(names, values, strict=True)),
-            "score": score,
-            "placer_status": placer_status(bool(on), when),
-            "reserved_s": when,
-            "raw_features": None if raw is None else dict(zip(raw_names, raw, strict=True)),
-        }
-        for job_id, rank, priority, on, mode, values, score, when, raw in zip(
-            *(cols.job_id, cols.rank, cols.priority, nodes, cols.mode, features, scores, reserved, raws),
-            strict=True,
-        )
-    ]
-    return await insert_or_ignore(conn, table_of(Decision), rows, DECISION_KEY)
+    shared = (
+        decision.correlation_id,
+        decision.cluster,
+        decision.snapshot_time,
+        decision.sequence,
+        decision.policy,
+        decision.model_version,
+        decision.fallback,
+        json.dumps(latencies),
+        sum(latencies.values()) if latencies else None,
+        decision.placer,
+        decision.placer_status,
+    )
+    per_row = (
+        cols.job_id,
+        cols.rank,
+        cols.priority,
+        nodes,
+        placed,
+        cols.mode,
+        features,
+        cols.score or [None] * n,
+        statuses,
+        reserved,
+        raws,
+    )
+    return await DECISIONS_INSERT.insert(conn, shared, per_row)
 
 
 async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
@@ -249,6 +299,23 @@ def shadow_ranks(priorities: Sequence[float]) -> list[int]:
     return ranks
 
 
+#: ``shadow_priorities``: one shadow model's ranks of one snapshot
+SHADOW_INSERT = BulkInsert(
+    table="shadow_priorities",
+    key=("correlation_id", "job_id", "model_version"),
+    shared=(
+        ("cluster", "text"),
+        ("correlation_id", "text"),
+        ("model_version", "text"),
+        ("snapshot_time", "float8"),
+        ("sequence", "int8"),
+        ("applied_policy", "text"),
+        ("applied_model_version", "text"),
+    ),
+    per_row=(("job_id", "text"), ("rank", "int4"), ("priority", "float8")),
+)
+
+
 async def record_shadow(conn: AsyncConnection, shadow: ShadowPriorities) -> int:
     """Store a shadow model's ranks of one snapshot, one row per job; returns how many were new.
 
@@ -257,25 +324,17 @@ async def record_shadow(conn: AsyncConnection, shadow: ShadowPriorities) -> int:
     """
     if shadow.fallback is not None or not shadow.priorities:
         return 0
-    ranks = shadow_ranks(shadow.priorities)
-    rows = [
-        {
-            "cluster": shadow.cluster,
-            "correlation_id": shadow.correlation_id,
-            "job_id": job_id,
-            "model_version": shadow.model_version,
-            "snapshot_time": shadow.snapshot_time,
-            "sequence": shadow.sequence,
-            "rank": rank,
-            "priority": priority,
-            "applied_policy": shadow.applied_policy,
-            "applied_model_version": shadow.applied_model_version,
-        }
-        for job_id, priority, rank in zip(shadow.job_ids, shadow.priorities, ranks, strict=True)
-    ]
-    return await insert_or_ignore(
-        conn, table_of(ShadowPriority), rows, ["correlation_id", "job_id", "model_version"]
+    shared = (
+        shadow.cluster,
+        shadow.correlation_id,
+        shadow.model_version,
+        shadow.snapshot_time,
+        shadow.sequence,
+        shadow.applied_policy,
+        shadow.applied_model_version,
     )
+    per_row = (shadow.job_ids, shadow_ranks(shadow.priorities), shadow.priorities)
+    return await SHADOW_INSERT.insert(conn, shared, per_row)
 
 
 def _version_row(model: ModelVersion) -> dict[str, Any]:
