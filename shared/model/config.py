@@ -38,6 +38,14 @@ class ModelConfig(BaseModel):
         ge=1,
         description="the action is the first top_k picks of the order (None: the whole queue)",
     )
+    base_prior: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=10.0,
+        description="logit subtracted per queue slot (slots follow the base policy's order): with "
+        "the actor's output layer started at zero the model starts as its base policy exactly, "
+        "and learns only departures from it (0: off)",
+    )
     entropy: EntropyMode = Field(
         default="sequential",
         description="first_pick: exact entropy of the first pick; sequential: chain-rule estimate "

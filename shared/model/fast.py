@@ -43,7 +43,7 @@ import torch
 from numba import njit, types
 from torch import Tensor
 
-from shared.model.network import ActorCritic
+from shared.model.network import ActorCritic, slot_prior
 
 __all__ = [
     "FastActor",
@@ -468,6 +468,11 @@ class FastActor:
         #: the whole forward pass in one compiled call (``_forward``): the direct BLAS calls and
         #: an activation ``_activate`` repeats; its arguments, kept (the buffers' per ``_fused``)
         self.fused = self._direct is not None and direct_activation(model.config.activation)
+        #: ``ModelConfig.base_prior``: added to the kernel's scores in ``scores`` (the compiled
+        #: sample, which ranks the kernel's own output, is then not used: ``forward_args`` None)
+        self.base_prior = float(model.config.base_prior)
+        if self.base_prior > 0:
+            self.fused = False
         self._act = _ACTIVATION_CODES.get(model.config.activation, -1)
         self._weights = tuple(w for w, _ in self._direct or ())
         self._biases = tuple(b for _, b in self._direct or ())
@@ -491,12 +496,15 @@ class FastActor:
             raise ValueError(f"obs must be [n, {self.n_features}], got {x.shape}")
         n = len(x)
         if n == 0 or n > _BUFFERED_ROWS:
-            return self._scores_unbuffered(x)
-        forward = self.forward_args(n)
-        if forward is not None:
-            scores: F32Array = _forward_scores(np.ascontiguousarray(x, dtype=np.float32), *forward)
-            return scores
-        return self._scores_layers(x, n)
+            scores = self._scores_unbuffered(x)
+        elif (forward := self.forward_args(n)) is not None:
+            scores = _forward_scores(np.ascontiguousarray(x, dtype=np.float32), *forward)
+        else:
+            scores = self._scores_layers(x, n)
+        if self.base_prior > 0:  # the same float32 numbers and sum as ``ActorCritic.scores``
+            with_prior: F32Array = scores + slot_prior(self.base_prior, n).numpy()
+            return with_prior
+        return scores
 
     def sample(
         self,

@@ -45,6 +45,19 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str, out
     return nn.Sequential(*layers)
 
 
+def slot_prior(base_prior: float, n: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """``-base_prior * slot`` for slots 0 .. n-1: the logit each queue slot starts with.
+
+    Why: the slots follow the base policy's order (the simulator's ``LearnedPolicy`` and the
+    prioritizer lay the queue out so), so this prior alone ranks as the base policy does, and the
+    kernel's score is a departure from it, in logits: a job moves up k slots when its score beats
+    its neighbours' by more than ``k * base_prior``. A model trained over SJF thus starts exactly
+    at SJF instead of an imitation of it that is a few percent behind, and sampling explores
+    around the base order. Computed in float32 (the kernel's type) for every path alike
+    (``shared.model.fast.FastActor`` adds the same numbers)."""
+    return torch.arange(n, dtype=torch.float32).mul_(-float(base_prior)).to(dtype)
+
+
 class ActorCritic(nn.Module):
     """Scores every queued job with one shared MLP; values a state with another."""
 
@@ -53,6 +66,12 @@ class ActorCritic(nn.Module):
         self.config = config or ModelConfig()
         cfg = self.config
         self.actor = mlp(cfg.obs_features, cfg.actor_hidden, 1, cfg.activation, out_std=0.01)
+        if cfg.base_prior > 0:
+            # a residual policy: the kernel's output starts at exactly zero, so the base-order
+            # prior alone ranks, and the model starts as its base policy (``slot_prior``)
+            out = self.actor[-1]
+            assert isinstance(out, nn.Linear)
+            nn.init.zeros_(out.weight)
         self.critic = mlp(cfg.critic_input_dim, cfg.critic_hidden, 1, cfg.activation, out_std=1.0)
         #: the sampling rule (``shared.features.SamplingConfig``: feature set included) of the card
         #: the weights were loaded from (``shared.rl.setup.load_trained``); None for a model built
@@ -89,7 +108,10 @@ class ActorCritic(nn.Module):
         # Only real rows go through the kernel: padding costs nothing and cannot leak into scores or
         # gradients. On CPU it costs about the same at full occupancy and is ~6x faster at 25%.
         real: Tensor = self.actor(obs[mask])
-        return obs.new_zeros(mask.shape).masked_scatter(mask, real.squeeze(-1))
+        scores = obs.new_zeros(mask.shape).masked_scatter(mask, real.squeeze(-1))
+        if self.config.base_prior > 0:
+            scores = scores + slot_prior(self.config.base_prior, mask.shape[-1], scores.dtype)
+        return scores
 
     def value(self, obs: Tensor, mask: Tensor, critic: Tensor) -> Tensor:
         """State value ``[B]`` from the critic features and, if ``critic_pool``, the mean real job."""
