@@ -98,6 +98,15 @@ def train_command(
     ] = 0,
     top_k: Annotated[int, typer.Option(help="picks per action (0: the whole queue)", min=0)] = 32,
     max_queue: Annotated[int, typer.Option(help="queue slots the model orders", min=1)] = 256,
+    base_prior: Annotated[
+        float,
+        typer.Option(
+            help="logit per queue slot in the base policy's order: the model starts as its base "
+            "policy and learns departures from it (0: off; see shared/model/config.py)",
+            min=0.0,
+            max=10.0,
+        ),
+    ] = 0.0,
     validation_windows: Annotated[
         int, typer.Option(help="greedy validation windows (end of the train part)", min=0)
     ] = 16,
@@ -218,7 +227,7 @@ def _train_config(o: TrainOptions) -> TrainConfig:
         eval_every=o.eval_every,
         train_fraction=o.train_fraction,
         max_minutes=o.max_minutes,
-        model=_model_config(o.feature_set, o.max_queue, o.top_k),
+        model=_model_config(o.feature_set, o.max_queue, o.top_k, o.base_prior),
         ppo=PPOConfig(
             learning_rate=o.learning_rate,
             update_epochs=o.update_epochs,
@@ -288,7 +297,7 @@ def _train_in_folder(run: TrainRun, plan: RunPlan, out: Path, meta: dict[str, An
         log.close()
 
 
-def _model_config(feature_set: str, max_queue: int, top_k: int) -> ModelConfig:
+def _model_config(feature_set: str, max_queue: int, top_k: int, base_prior: float) -> ModelConfig:
     """The model's shape: its input widths are the feature set's observation and critic sizes."""
     shape = SamplingConfig(feature_set=feature_set)
     return ModelConfig(
@@ -296,6 +305,7 @@ def _model_config(feature_set: str, max_queue: int, top_k: int) -> ModelConfig:
         critic_features=shape.n_critic,
         max_queue=max_queue,
         top_k=top_k or None,
+        base_prior=base_prior,
     )
 
 

@@ -49,6 +49,7 @@ class TrainOptions:
     kl_min_epochs: int
     top_k: int
     max_queue: int
+    base_prior: float
     validation_windows: int
     eval_every: int
     test_windows: int
