@@ -46,8 +46,8 @@ SHIPPED: dict[str, ShippedModel] = {
     "embedded": ShippedModel(
         name="embedded",
         cluster="embedded",
-        card_sha256="b8b44a1a90e5c33b6f8ad098a2af0de39669d0f994ac5b08c1ed7d94d44328ad",
-        summary="PPO over an imitation of SJF, trained on the embedded workload "
+        card_sha256="6cb99c0cb627f83ada321c93cc9d46d215d7d2fbd72c371808baed10c2bf60c8",
+        summary="PPO over SJF (a residual policy: base_prior), trained on the embedded workload "
         "(docs/results/shipped-model.md)",
     ),
 }
