@@ -21,6 +21,6 @@ fi
 stamp=.venv/.hylo-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  .venv/bin/python -m pip install --quiet -e '.[dev,ray]'  # ray: hylo train/evaluate --ray, tests/distributed
   touch "$stamp"
 fi

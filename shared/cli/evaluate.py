@@ -21,6 +21,7 @@ from shared.cli.common import (
     progress_bar,
     write_comparison,
 )
+from shared.cli.ray_options import RayAddress, RayFlag, computing_on
 from shared.domain.load import DEFAULT_LOAD_DEFINITION
 from shared.features import FeatureSchema
 from shared.features.catalog import DEFAULT_FEATURE_SET
@@ -29,6 +30,7 @@ from shared.model import ActorCritic, ModelCard, TrainingInfo
 from shared.policies import POLICY_NAMES, baseline_names, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, SAMPLED, evaluate_learned, transfer_name
+from shared.rl.parallel import Parallelism, ray_target
 from shared.rl.setup import (
     RunSetup,
     load_runner,
@@ -185,8 +187,10 @@ def _run_all(
     sampled: bool,
     bases: list[str],
     seed: int,
+    parallel: Parallelism,
 ) -> dict[str, list[WindowMetrics]]:
-    """Every row's per-window metrics, behind one progress bar per row (``labels``, in order)."""
+    """Every row's per-window metrics, behind one progress bar per row (``labels``, in order),
+    computed where ``parallel`` says."""
     progress = progress_bar()
     with progress:
         tasks = {p: progress.add_task(f"{p:18s}", total=len(chosen)) for p in labels}
@@ -199,6 +203,7 @@ def _run_all(
             transfer=bases,
             seed=seed,
             progress=lambda p, k: progress.update(tasks[p], completed=k),
+            parallel=parallel,
         )
     return {p: per[p] for p in labels}
 
@@ -326,6 +331,11 @@ def evaluate_command(
         "hylo-out/evaluate"
     ),
     plots: Annotated[bool, typer.Option(help="draw PNG plots")] = True,
+    workers: Annotated[
+        int, typer.Option(help="processes (with --ray: Ray workers) simulating windows in parallel", min=1)
+    ] = 1,
+    ray: RayFlag = False,
+    ray_address: RayAddress = None,
 ) -> None:
     """Evaluate a trained prioritizer on held-out windows against the base policies (paired, 95% CIs)."""
     torch.set_num_threads(1)
@@ -349,15 +359,19 @@ def evaluate_command(
         load_definition=load_definition,
         feature_set=schema.sampling.feature_set,
     )
+    parallel = Parallelism(workers, ray_target(ray, ray_address))
     t0 = time.perf_counter()
-    work, runner = _load(trace, cluster, info, setup, predictions=needs_predictions(names))
-    check_jobs(work, trace or info.trace)
-    frac_default = extra.get("train_fraction")
-    frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
-    test, chosen = _held_out_windows(len(work.bound.jobs), frac, size, windows, seed, overlap)
-    _describe(work, runner, info, test, chosen, size, windows)
-    labels = names + [GREEDY] + ([SAMPLED] if sampled else []) + [transfer_name(b) for b in bases]
-    per = _run_all(runner, model, chosen, names, labels, sampled=sampled, bases=bases, seed=seed)
+    with computing_on(parallel):  # Ray joined (or refused) before the workload loads
+        work, runner = _load(trace, cluster, info, setup, predictions=needs_predictions(names))
+        check_jobs(work, trace or info.trace)
+        frac_default = extra.get("train_fraction")
+        frac = train_fraction or (frac_default if isinstance(frac_default, float) else 0.9)
+        test, chosen = _held_out_windows(len(work.bound.jobs), frac, size, windows, seed, overlap)
+        _describe(work, runner, info, test, chosen, size, windows)
+        labels = names + [GREEDY] + ([SAMPLED] if sampled else []) + [transfer_name(b) for b in bases]
+        per = _run_all(
+            runner, model, chosen, names, labels, sampled=sampled, bases=bases, seed=seed, parallel=parallel
+        )
     comparison = PolicyComparison(
         per,
         baseline=info.base_policy,
@@ -389,5 +403,6 @@ def evaluate_command(
     )
     report["setup"]["load"] = {"target": setup.target_load, "definition": setup.load_definition}
     report["setup"]["estimates"] = setup.estimates
+    report["setup"]["workers"] = {"count": parallel.workers, "ray": parallel.ray}
     report["transfer"] = transfer_rows
     write_comparison(comparison, report, out, "evaluate.json", plots)

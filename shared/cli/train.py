@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from shared.cli.checks import check_estimates, check_jobs, check_load, validation_line
 from shared.cli.common import LOAD_DEFINITION_HELP, console, fail, load_definition_option, progress_bar
+from shared.cli.ray_options import RayAddress, RayFlag, computing_on
 from shared.cli.train_checkpoint import EpochSaver, TrainRun, stop_interrupted, write_checkpoint
 from shared.cli.train_folder import DEFAULT_ROOT, RunPlan, check_folder, open_run_folder, plan_run
 from shared.cli.train_options import TrainOptions
@@ -31,6 +32,7 @@ from shared.model import ModelConfig
 from shared.policies import POLICY_NAMES, needs_predictions
 from shared.rl.episodes import EpisodeRunner
 from shared.rl.evaluation import GREEDY, evaluate_learned, mean_metric, mean_reward
+from shared.rl.parallel import Parallelism, RunnerPool, ray_target, runner_pool
 from shared.rl.plots import training_curve
 from shared.rl.ppo import PPOConfig
 from shared.rl.reward import RewardSpec
@@ -71,7 +73,9 @@ def train_command(
         ),
     ] = False,
     estimates: Annotated[str, typer.Option(help="noisy | history | predicted | oracle | trace")] = "noisy",
-    workers: Annotated[int, typer.Option(help="processes simulating episodes in parallel", min=1)] = 1,
+    workers: Annotated[
+        int, typer.Option(help="processes (with --ray: Ray workers) simulating episodes in parallel", min=1)
+    ] = 1,
     sampling: Annotated[
         str, typer.Option(help="feature selection: state (the paper's rule) | fixed")
     ] = "state",
@@ -170,14 +174,16 @@ def train_command(
             min=0,
         ),
     ] = 5,
+    ray: RayFlag = False,
+    ray_address: RayAddress = None,
 ) -> None:
     """Train the learned prioritizer (PPO) against a base policy; write a checkpoint and a log."""
     torch.set_num_threads(1)
-    _run(plan_run(ctx))
+    _run(plan_run(ctx), ray_target(ray, ray_address))
 
 
-def _run(plan: RunPlan) -> None:
-    """Check the options, load the workload, then train in the run's folder."""
+def _run(plan: RunPlan, ray_at: str | None) -> None:
+    """Check the options, join Ray when asked, load the workload, then train in the run's folder."""
     o = plan.options
     _check_names(o.base_policy, o.sampling, o.feature_set)
     _check_values(o.estimates, o.trace, o.load, o.train_fraction, o.learning_rate)
@@ -204,15 +210,17 @@ def _run(plan: RunPlan) -> None:
         feature_set=o.feature_set,
     )
     meta = _resumed_meta(plan, cfg)
-    t0 = time.perf_counter()
-    # a teacher that orders by the runtime predictions needs them too (the base policy and the
-    # feature set are RunSetup's own reasons: ``RunSetup.needs_predictions``)
-    teacher_predictions = o.imitate is not None and needs_predictions([o.imitate])
-    work, runner = _load_workload(o.trace, o.cluster, setup, spec, teacher_predictions)
-    _check_windows(o.trace, work, cfg)
-    run = TrainRun(o.trace, o.cluster, setup, spec, cfg, work, runner, o.imitation_epochs)
-    out = open_run_folder(plan)
-    _train_in_folder(run, plan, out, meta, t0)
+    cfg.ray = ray_at
+    with computing_on(Parallelism(cfg.workers, cfg.ray)):
+        t0 = time.perf_counter()
+        # a teacher that orders by the runtime predictions needs them too (the base policy and the
+        # feature set are RunSetup's own reasons: ``RunSetup.needs_predictions``)
+        teacher_predictions = o.imitate is not None and needs_predictions([o.imitate])
+        work, runner = _load_workload(o.trace, o.cluster, setup, spec, teacher_predictions)
+        _check_windows(o.trace, work, cfg)
+        run = TrainRun(o.trace, o.cluster, setup, spec, cfg, work, runner, o.imitation_epochs)
+        out = open_run_folder(plan)
+        _train_in_folder(run, plan, out, meta, t0)
 
 
 def _train_config(o: TrainOptions) -> TrainConfig:
@@ -282,12 +290,14 @@ def _train_in_folder(run: TrainRun, plan: RunPlan, out: Path, meta: dict[str, An
     line = f"{where}{at}: {out} (scalars per epoch: {out / SCALARS_FILE}; {tb})"
     console.print(escape(line), highlight=False)  # escaped: '.[tensorboard]' is not markup
     try:
-        result = _train_with_progress(run, plan.options, state, saver)
-        assert result.state is not None  # train keeps the last epoch's state
-        saver.latest = result.state
-        saver.save_state(result.state)
-        _write_outputs(run, result, saver, out, plan.options.test_windows, t0)
-        saver.save_state(result.state, finished=True)
+        # one set of workers for the epochs and the held-out score (their start-up is seconds)
+        with runner_pool(run.runner, Parallelism(run.cfg.workers, run.cfg.ray)) as pool:
+            result = _train_with_progress(run, plan.options, state, saver, pool)
+            assert result.state is not None  # train keeps the last epoch's state
+            saver.latest = result.state
+            saver.save_state(result.state)
+            _write_outputs(run, result, saver, out, plan.options.test_windows, t0, pool)
+            saver.save_state(result.state, finished=True)
     except (KeyboardInterrupt, SystemError) as stop:
         if not is_interrupt(stop):
             raise
@@ -401,7 +411,7 @@ def _load_workload(
 
 
 def _train_with_progress(
-    run: TrainRun, o: TrainOptions, resume: TrainState | None, saver: EpochSaver
+    run: TrainRun, o: TrainOptions, resume: TrainState | None, saver: EpochSaver, pool: RunnerPool
 ) -> TrainResult:
     """The warm start (when asked, and not resuming) and PPO, under a progress bar with a line per
     epoch; ``saver`` sees every epoch's state."""
@@ -429,7 +439,13 @@ def _train_with_progress(
             )
             _charge_warm_start(cfg, saver.imitation_info)
         return train(
-            run.runner, cfg, progress=report, initial_state=initial_state, resume=resume, on_epoch=saver
+            run.runner,
+            cfg,
+            progress=report,
+            initial_state=initial_state,
+            resume=resume,
+            on_epoch=saver,
+            pool=pool,
         )
 
 
@@ -440,8 +456,10 @@ def _write_outputs(
     out: Path,
     test_windows: int,
     t0: float,
+    pool: RunnerPool,
 ) -> None:
-    """The training log (CSV, curve), the held-out score, the checkpoint, then the JSON log."""
+    """The training log (CSV, curve), the held-out score (on ``pool``), the checkpoint, then the
+    JSON log."""
     primary, base_policy = run.spec.metrics[0], run.setup.base_policy
     keys = sorted({k for row in result.history for k in row})
     with (out / "train_log.csv").open("w", newline="") as handle:
@@ -449,14 +467,16 @@ def _write_outputs(
         writer.writeheader()
         writer.writerows(result.history)
     curve = training_curve(result.history, out / "training_curve.png", primary, base_policy)
-    held_out = _score_held_out(run, result, test_windows)
+    held_out = _score_held_out(run, result, test_windows, pool)
     write_checkpoint(run, result, held_out, saver.imitation_info, out, "final")
     log = _train_log(run, result, held_out, saver.meta, time.perf_counter() - t0)
     (out / "train_log.json").write_text(json.dumps(log, indent=2))
     console.print(f"wrote {out / 'checkpoint'}, {out / 'train_log.csv'}, {out / 'train_log.json'}, {curve}")
 
 
-def _score_held_out(run: TrainRun, result: TrainResult, test_windows: int) -> dict[str, Any]:
+def _score_held_out(
+    run: TrainRun, result: TrainResult, test_windows: int, pool: RunnerPool
+) -> dict[str, Any]:
     """The best model's greedy score on windows of the test part, beside the base policy's (the card's)."""
     cfg, runner, base_policy = run.cfg, run.runner, run.setup.base_policy
     windows: list[Window] = []
@@ -469,8 +489,11 @@ def _score_held_out(run: TrainRun, result: TrainResult, test_windows: int) -> di
             windows = []
     if not windows:
         return {}
-    with console.status(f"scoring {len(windows)} held-out windows"):
-        per = evaluate_learned(runner, result.best_model, windows, [base_policy], sampled=False)
+    where = Parallelism(cfg.workers, cfg.ray).describe()
+    with console.status(f"scoring {len(windows)} held-out windows on {where}"):
+        per = evaluate_learned(
+            runner, result.best_model, windows, [base_policy], sampled=False, parallel=pool
+        )
     held_out = {
         "windows": len(windows),
         "window_size": cfg.window_size,
@@ -503,6 +526,7 @@ def _train_log(
             "warmup": s.warmup,
             "seed": cfg.seed,
             "workers": cfg.workers,
+            "ray": cfg.ray,
             "epochs": cfg.epochs,
             "windows_per_epoch": cfg.windows_per_epoch,
             "window_size": cfg.window_size,

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: ``hylo train``'s options that are not training settings
-CONTROL_OPTIONS = frozenset({"out", "force", "resume", "checkpoint_every"})
+#: ``hylo train``'s options that are not training settings (``--ray``/``--ray-address``: where the
+#: episodes run, which changes no result and is chosen anew by each session, resumed or not)
+CONTROL_OPTIONS = frozenset({"out", "force", "resume", "checkpoint_every", "ray", "ray_address"})
 #: settings a resumed run may change: how long it trains, how many processes simulate (the
 #: losses do not depend on it), how many held-out windows score the final model
 MAY_CHANGE_ON_RESUME = frozenset({"epochs", "workers", "max_minutes", "test_windows"})

@@ -6,10 +6,11 @@ stacked with their advantages (``shared.rl.ppo``), and one PPO update runs. Ever
 epochs the greedy policy is scored on a fixed set of validation windows (the end of the training
 part, never the held-out test part) and the best model so far is kept.
 
-Parallelism: episodes are independent given the model's weights, so ``workers > 1`` hands them to a
-process pool (each worker holds the workload and receives the current state dict). Each episode's
-randomness comes from a seed derived from (seed, epoch, episode index), never from which worker
-ran it, so the losses of a run depend on the seed only, not on ``workers``.
+Parallelism: episodes are independent given the model's weights, so ``workers > 1`` hands them to
+worker processes, and ``ray`` to Ray actors (``shared.rl.parallel.runner_pool`` decides; each
+worker holds the workload and receives the current weights). Each episode's randomness comes from
+a seed derived from (seed, epoch, episode index), never from which worker ran it, so the losses of
+a run depend on the seed only, not on ``workers`` or ``ray``.
 
 Interrupting and resuming (``shared.rl.train_state``): after every epoch the loop copies its state
 (``TrainState``) and hands it to ``on_epoch`` (``hylo train`` saves it every N epochs); Ctrl-C
@@ -26,25 +27,20 @@ thread. What differs: the timing columns (``wall_s``, ``rollout_s``, ``update_s`
 from __future__ import annotations
 
 import copy
-import multiprocessing as mp
-import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
-from shared.domain.exclusions import Exclusion
 from shared.metrics import Window, chronological_split, make_windows
 from shared.model import ActorCritic, ModelConfig
-from shared.rl.episodes import EpisodeResult, EpisodeRunner, EpisodeSettings, episode_seed
+from shared.rl.episodes import EpisodeResult, EpisodeRunner, episode_seed
+from shared.rl.parallel import Parallelism, RunnerPool, pool_for
 from shared.rl.policy import Mode
 from shared.rl.ppo import PPOConfig, RolloutBatch, ppo_update
 from shared.rl.train_state import TrainingInterrupted, TrainState, is_interrupt
-from shared.scheduling.binding import BoundWorkload
 
 
 @dataclass
@@ -56,6 +52,9 @@ class TrainConfig:
     window_size: int = 256
     seed: int = 0
     workers: int = 1
+    #: None: ``workers`` local processes; else the Ray to run ``workers`` actors on
+    #: (``shared.rl.parallel.LOCAL_RAY`` for one started here, or a cluster's ``HOST:PORT``)
+    ray: str | None = None
     train_fraction: float = 0.9
     validation_fraction: float = 0.1  # of the training part, at its end
     validation_windows: int = 16
@@ -82,76 +81,26 @@ ProgressHook = Callable[[dict[str, float]], None]
 #: called with a copy of the state after every epoch (epoch 0, the first validation, included)
 EpochHook = Callable[[TrainState], None]
 
-# -- worker processes ---------------------------------------------------------------------------
-
-_RUNNER: EpisodeRunner | None = None
-_MODEL: ActorCritic | None = None
+# -- episodes as pool tasks ----------------------------------------------------------------------
 
 
-def _init_worker(
-    workload: BoundWorkload, settings: EpisodeSettings, exclusions: tuple[Exclusion, ...], cfg: ModelConfig
-) -> None:
-    global _RUNNER, _MODEL
-    # Ctrl-C reaches the whole process group: the parent handles it (saves, then terminates the
-    # pool); a worker dying of it mid-task would leave the parent waiting on a lost result
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)
-    _RUNNER = EpisodeRunner(workload, settings, exclusions)
-    _MODEL = ActorCritic(cfg).eval()
+@dataclass(frozen=True)
+class EpisodeTask:
+    """One episode for a ``RunnerPool``: everything its outcome depends on but the weights."""
+
+    window: Window
+    mode: Mode
+    seed: int
+
+    def __call__(self, runner: EpisodeRunner, model: ActorCritic) -> EpisodeResult:
+        return runner.run(model, self.window, self.mode, self.seed)
 
 
-def _worker_episode(args: tuple[dict[str, torch.Tensor], Window, Mode, int]) -> EpisodeResult:
-    state, window, mode, seed = args
-    assert _RUNNER is not None and _MODEL is not None
-    _MODEL.load_state_dict(state)
-    return _RUNNER.run(_MODEL, window, mode, seed)
-
-
-class EpisodePool:
-    """Runs episodes in this process (``workers=1``) or in a pool of spawned worker processes."""
-
-    def __init__(self, runner: EpisodeRunner, cfg: ModelConfig, workers: int) -> None:
-        self.runner = runner
-        self.workers = workers
-        self._pool: Any = None
-        if workers > 1:
-            ctx = mp.get_context("spawn")
-            self._pool = ctx.Pool(
-                workers,
-                initializer=_init_worker,
-                initargs=(runner.workload, runner.settings, runner.exclusions, cfg),
-            )
-
-    def run(
-        self, model: ActorCritic, windows: Sequence[Window], mode: Mode, seeds: Sequence[int]
-    ) -> list[EpisodeResult]:
-        if self._pool is None:
-            return [self.runner.run(model, w, mode, s) for w, s in zip(windows, seeds, strict=True)]
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        tasks = [(state, w, mode, s) for w, s in zip(windows, seeds, strict=True)]
-        out: list[EpisodeResult] = self._pool.map(_worker_episode, tasks, chunksize=1)
-        return out
-
-    def close(self, abort: bool = False) -> None:
-        """Wait for the workers to finish, or (``abort``: after an error or Ctrl-C, when tasks may
-        never report back and ``join`` would wait forever) terminate them."""
-        if self._pool is not None:
-            if abort:
-                self._pool.terminate()
-            else:
-                self._pool.close()
-            self._pool.join()
-
-
-@contextmanager
-def episode_pool(runner: EpisodeRunner, cfg: ModelConfig, workers: int) -> Iterator[EpisodePool]:
-    pool = EpisodePool(runner, cfg, workers)
-    try:
-        yield pool
-    except BaseException:
-        pool.close(abort=True)
-        raise
-    pool.close()
+def run_episodes(
+    pool: RunnerPool, model: ActorCritic, windows: Sequence[Window], mode: Mode, seeds: Sequence[int]
+) -> list[EpisodeResult]:
+    """One episode per (window, seed), in that order, wherever ``pool`` runs them."""
+    return pool.map(model, [EpisodeTask(w, mode, s) for w, s in zip(windows, seeds, strict=True)])
 
 
 # -- the loop -----------------------------------------------------------------------------------
@@ -241,32 +190,32 @@ class _Loop:
             wall_seconds=last["wall_s"],
         )
 
-    def validate(self, pool: EpisodePool) -> dict[str, float]:
+    def validate(self, pool: RunnerPool) -> dict[str, float]:
         """The greedy policy's mean reward and scores on the fixed validation windows."""
         if not self.validation:
             return {}
-        res = pool.run(self.model, self.validation, "greedy", [0] * len(self.validation))
+        res = run_episodes(pool, self.model, self.validation, "greedy", [0] * len(self.validation))
         return {
             "val_reward": float(np.mean([r.reward for r in res])),
             "val_agent": mean_score(res, self.metric, agent=True),
             "val_base": mean_score(res, self.metric, agent=False),
         }
 
-    def first_row(self, pool: EpisodePool) -> dict[str, float]:
+    def first_row(self, pool: RunnerPool) -> dict[str, float]:
         """Epoch 0: the starting weights validated, the bar the first best model must clear."""
         row0 = {"epoch": 0.0, "wall_s": time.perf_counter() - self.t_start, **self.validate(pool)}
         if "val_reward" in row0:
             self.best_reward = row0["val_reward"]
         return row0
 
-    def epoch_row(self, pool: EpisodePool, epoch: int) -> dict[str, float]:
+    def epoch_row(self, pool: RunnerPool, epoch: int) -> dict[str, float]:
         """One epoch: episodes on seeded windows, one PPO update, validation when due."""
         cfg, t0 = self.cfg, time.perf_counter()
         windows = make_windows(
             self.fit, cfg.window_size, cfg.windows_per_epoch, seed=cfg.seed * 100_003 + epoch, overlap=True
         )
         seeds = [episode_seed(cfg.seed, epoch, k) for k in range(len(windows))]
-        results = pool.run(self.model, windows, "sample", seeds)
+        results = run_episodes(pool, self.model, windows, "sample", seeds)
         t_roll = time.perf_counter() - t0
         batch = RolloutBatch.build(
             self.model, [(r.decisions, r.reward) for r in results], cfg.ppo.gamma, cfg.ppo.gae_lambda
@@ -291,7 +240,7 @@ class _Loop:
         row["wall_s"] = time.perf_counter() - self.t_start
         return row
 
-    def run(self, pool: EpisodePool, progress: ProgressHook | None, on_epoch: EpochHook | None) -> None:
+    def run(self, pool: RunnerPool, progress: ProgressHook | None, on_epoch: EpochHook | None) -> None:
         """Epoch 0 (unless resumed past it), then the epochs left, each recorded and snapshotted."""
         if not self.history:
             self._record(self.first_row(pool), progress, on_epoch)
@@ -339,21 +288,24 @@ def train(
     *,
     resume: TrainState | None = None,
     on_epoch: EpochHook | None = None,
+    pool: RunnerPool | None = None,
 ) -> TrainResult:
     """Train an actor-critic on ``runner``'s workload; see the module docstring.
 
     ``initial_state`` (a state dict of the same ``cfg.model`` shape) starts PPO from given weights
     instead of a random initialization: a warm start by imitation or the fine-tuning of a deployed
     model. ``resume`` continues a run from a saved ``TrainState`` (taken under the same ``cfg``;
-    only ``epochs``, ``workers`` and ``max_minutes`` may differ), ``on_epoch`` receives the state
-    after every epoch, and Ctrl-C raises ``TrainingInterrupted`` with the last one.
+    only ``epochs``, ``workers``, ``ray`` and ``max_minutes`` may differ), ``on_epoch`` receives the state
+    after every epoch, and Ctrl-C raises ``TrainingInterrupted`` with the last one. ``pool`` runs
+    the episodes on workers the caller keeps open (``hylo train`` scores its held-out windows on
+    them afterwards: one start-up, not two); without it ``cfg.workers`` and ``cfg.ray`` decide.
     """
     loop = _Loop(runner, cfg, initial_state)
     if resume is not None:
         loop.restore(resume)
-    with episode_pool(runner, cfg.model, cfg.workers) as pool:
+    with pool_for(runner, pool or Parallelism(cfg.workers, cfg.ray)) as episodes:
         try:
-            loop.run(pool, progress, on_epoch)
+            loop.run(episodes, progress, on_epoch)
         except (KeyboardInterrupt, SystemError) as err:
             if not is_interrupt(err):
                 raise
