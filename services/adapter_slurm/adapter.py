@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from services.adapter_slurm.apply import ApplyReport, apply_plan
@@ -44,6 +45,7 @@ from services.adapter_slurm.parse_text import SINFO_ARGS, SQUEUE_ARGS, parse_sin
 from services.adapter_slurm.priorities import Plan, PriorityBand, plan_updates
 from services.adapter_slurm.settings import SlurmAdapterSettings
 from services.adapter_slurm.snapshot import GroupResolver, JobFilter, build_snapshot
+from services.adapter_slurm.timing import PathTiming
 from shared.domain.cluster import ClusterSpec
 from shared.schemas import JobOutcome, PlacementDecision, QueueSnapshot, new_correlation_id
 from shared.service.cluster_adapter import DecisionGate, SnapshotSequence
@@ -62,6 +64,8 @@ class PollResult:
     outcomes: list[JobOutcome]
     layout: str
     seconds: float
+    #: when the poll started reading Slurm (epoch seconds)
+    started_at: float = 0.0
 
 
 @dataclass
@@ -113,6 +117,10 @@ class SlurmAdapter:
             settings.failsafe_lease_path() if settings.failsafe_enabled and not self.runner.dry_run else None
         )
         self.renewed_at = 0.0
+        #: the path's timestamps (HYLO_SLURM_TIMING_LOG); the service reports events and publications
+        self.timing = PathTiming(settings.slurm_timing_log)
+        #: squeue and sinfo side by side (HYLO_SLURM_PARALLEL_READS); None: one after the other
+        self._readers = ThreadPoolExecutor(2, "slurm-read") if settings.slurm_parallel_reads else None
         self._take_over_lease()
 
     @property
@@ -122,20 +130,32 @@ class SlurmAdapter:
 
     # -- reading --------------------------------------------------------------------------------
 
+    def _run_both(self, first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, str]:
+        """Both read-only commands' output: at the same time with parallel reads, else in turn
+        (the first one's error is raised first either way)."""
+        if self._readers is None:
+            return self.runner.run(first).stdout, self.runner.run(second).stdout
+        later = self._readers.submit(self.runner.run, second)
+        try:
+            out = self.runner.run(first).stdout
+        finally:
+            wait([later])  # never leave a command running behind
+        return out, later.result().stdout
+
     def _read(self) -> tuple[SlurmQueue, SlurmNodes]:
         if self.output != "text":
             try:
-                queue = parse_squeue_json(self.runner.run(SQUEUE_JSON).stdout, " ".join(SQUEUE_JSON))
-                nodes = parse_sinfo_json(self.runner.run(SINFO_JSON).stdout, " ".join(SINFO_JSON))
+                raw_queue, raw_nodes = self._run_both(SQUEUE_JSON, SINFO_JSON)
+                queue = parse_squeue_json(raw_queue, " ".join(SQUEUE_JSON))
+                nodes = parse_sinfo_json(raw_nodes, " ".join(SINFO_JSON))
                 return queue, nodes
             except SlurmCommandError as err:
                 if err.unreachable or self.output == "json":
                     raise
                 log.warning("%s; falling back to parsable text output from now on", err)
                 self.output = "text"
-        queue = parse_squeue_text(self.runner.run(SQUEUE_ARGS).stdout)
-        nodes = parse_sinfo_text(self.runner.run(SINFO_ARGS).stdout)
-        return queue, nodes
+        raw_queue, raw_nodes = self._run_both(SQUEUE_ARGS, SINFO_ARGS)
+        return parse_squeue_text(raw_queue), parse_sinfo_text(raw_nodes)
 
     def observe(self) -> PollResult:
         """The contract's observation: a poll."""
@@ -148,6 +168,7 @@ class SlurmAdapter:
     def poll(self) -> PollResult:
         """Read the queue and nodes; raises SlurmCommandError (state kept) when Slurm fails us."""
         started = time.monotonic()
+        event, started_at = self.timing.poll_started()
         queue, nodes = self._read()
         now = time.time()
         correlation_id = new_correlation_id()
@@ -162,7 +183,8 @@ class SlurmAdapter:
         self.sent = {}
         self.written = reconcile(self.written, self.jobs)
         self.last_snapshot = snapshot
-        return PollResult(snapshot, outcomes, queue.layout, time.monotonic() - started)
+        self.timing.polled(correlation_id, event, started_at, now)
+        return PollResult(snapshot, outcomes, queue.layout, time.monotonic() - started, started_at)
 
     def _node_types(self, nodes: SlurmNodes) -> dict[str, str]:
         """Node name -> the GPU type of its spec group (what a finished job's outcome reports)."""
@@ -211,8 +233,13 @@ class SlurmAdapter:
         )
         for job_id, reason in plan.skipped:
             log.debug("job %s not updated: %s", job_id, reason)
+        started = time.time()
+        first = {u.job_id for u in plan.updates if u.job_id not in self.written}
+        if self.settings.slurm_first_priorities_first:  # new jobs' priorities land first
+            plan.updates.sort(key=lambda u: u.job_id not in first)
         self._record(plan)  # the lease first: what is sent next must be covered if we die sending it
-        report = apply_plan(self.runner, plan)
+        leased = time.time()
+        report = apply_plan(self.runner, plan, self.settings.slurm_update_workers)
         self.sent.update(report.sent)
         for job_id, priority in report.sent.items():
             self.written[job_id] = frozenset({priority})
@@ -220,6 +247,13 @@ class SlurmAdapter:
             self.written.pop(job_id, None)
         self.gate.applied(decision)
         self.tracker.note_correlation(report.sent, decision.correlation_id)
+        self.timing.applied(
+            decision.correlation_id,
+            started,
+            leased,
+            len(plan.updates),
+            {j: report.done_at[j] for j in report.sent if j in first and j in report.done_at},
+        )
         log.info(
             "decision %s: %d priorities sent%s, %d unchanged, %d skipped, %d gone, %d failed",
             decision.correlation_id,

@@ -150,9 +150,12 @@ class EventPoller:
         *,
         min_gap_s: float,
         follow_ups: int = FOLLOW_UPS,
+        on_event: Callable[[SlurmEvent], None] | None = None,
     ) -> None:
         self.poll = poll
         self.jobs = jobs
+        #: told of every event first (the adapter's path timing)
+        self.on_event = on_event
         self.min_gap_s = min_gap_s
         self.follow_ups = follow_ups
         self.expected = 0  # submissions whose job no poll has shown yet
@@ -166,6 +169,8 @@ class EventPoller:
     def notify(self, event: SlurmEvent) -> None:
         """Take one event: poll now, or once more after the poll in flight (never more)."""
         self.events += 1
+        if self.on_event is not None:
+            self.on_event(event)
         if event.kind == "submit":
             self.expected = min(self.expected + 1, MAX_EXPECTED)
         elif event.job_id is not None:

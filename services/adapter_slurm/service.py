@@ -33,7 +33,7 @@ from services.adapter_slurm.events import EventPoller, PushEvents, events_subjec
 from services.adapter_slurm.poll_loop import PollLoop
 from services.adapter_slurm.settings import SlurmAdapterSettings
 from shared.bus.consumer import Delivery
-from shared.schemas import PlacementDecision
+from shared.schemas import Message, PlacementDecision, QueueSnapshot
 from shared.service import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.cluster_adapter import SequenceJump, WrongCluster
 
@@ -49,9 +49,15 @@ async def build(ctx: ServiceContext) -> Wiring:
             f"HYLO_SLURM_CLUSTER={cluster!r} has no spec in HYLO_CLUSTERS (it lists {sorted(ctx.specs)})"
         )
     adapter = SlurmAdapter(settings, spec)
+
+    async def publish(message: Message) -> None:
+        await ctx.publisher.publish(message)
+        if isinstance(message, QueueSnapshot):
+            adapter.timing.published(message.correlation_id)
+
     loop = PollLoop(
         adapter,
-        ctx.publisher.publish,
+        publish,
         interval_s=settings.slurm_poll_interval_s,
         retry_max_s=settings.slurm_retry_max_s,
         min_gap_s=min(settings.slurm_min_poll_gap_s, settings.slurm_poll_interval_s),
@@ -63,6 +69,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             loop.poll_once,
             lambda: {job_id: job.state for job_id, job in adapter.jobs.items()},
             min_gap_s=settings.slurm_event_min_gap_s,
+            on_event=lambda event: adapter.timing.event(event.received_at),
         )
         events = PushEvents(ctx.nc, events_subject(ctx.subjects, cluster), cluster, address, poller)
         await events.start()  # before the poll task: a taken port fails the start with nothing left running
@@ -72,6 +79,7 @@ async def build(ctx: ServiceContext) -> Wiring:
     async def on_decision(decision: PlacementDecision, _delivery: Delivery) -> None:
         if decision.cluster != cluster:
             return  # another cluster's decision: not ours to apply
+        adapter.timing.received(decision.correlation_id)
         result = await loop.apply(decision)
         if result.report.sent:
             loop.poll_soon()  # show the new priorities (and starts) in the next snapshot promptly

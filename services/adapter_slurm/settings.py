@@ -97,6 +97,26 @@ class SlurmAdapterSettings(HyloBaseSettings):
     )
     slurm_priority_step: int = Field(default=1, ge=1, description="gap between consecutive ranks")
     slurm_dry_run: bool = Field(default=False, description="log the scontrol updates instead of running them")
+    slurm_update_workers: int = Field(
+        default=4,
+        ge=1,
+        le=32,
+        description="scontrol updates of one decision run this many at a time (1: one after another); "
+        "slurmctld serves them in its own threads, so a burst's decision lands sooner",
+    )
+    slurm_first_priorities_first: bool = Field(
+        default=True,
+        description="send the updates of jobs that have no Hylo priority yet (new jobs) before the "
+        "re-ranked ones, so a new job's priority lands first",
+    )
+    slurm_parallel_reads: bool = Field(
+        default=True, description="run a poll's squeue and sinfo at the same time instead of in turn"
+    )
+    slurm_timing_log: bool = Field(
+        default=False,
+        description="log when each hop from a push event to scontrol happened (profiling the path to "
+        "a new job's priority; services/adapter_slurm/timing.py)",
+    )
     slurm_apply_nodes: bool = Field(
         default=False, description="also send the placer's node choice (ReqNodeList) for pending jobs"
     )
