@@ -1,8 +1,10 @@
 """A 4-job version of ``bench/slurm_experiment.py`` against a real local Slurm (under a minute).
 
-It proves the harness end to end: a fresh cluster, the jobs submitted at their arrival times, Slurm
-alone, a fresh cluster again, Hylo's four services managing priorities, metrics from the job
-completion file, and the JSON report. Its own state dir and ports (slurmctld on 7117), so neither the
+It proves the harness end to end: a decisions database made and migrated for the run (PostgreSQL
+on 127.0.0.1:5432 when it answers, else a SQLite file), a fresh cluster, the jobs submitted at
+their arrival times, Slurm deciding while Hylo's services only watch and record (dry run), a fresh
+cluster again, Hylo's four services managing priorities, every job's figures read back from the
+database's outcome rows, and the JSON report. Its own state dir and ports (slurmctld on 7117), so neither the
 adapter tests' cluster (6917) nor a developer's (6817) is touched. Skips, with the reason, where Slurm
 cannot run here (not root, not installed and no apt-get) or the traces folder is missing.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +37,14 @@ def _skip_reason() -> str | None:
     return None
 
 
+def _postgres_answers() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
     reason = _skip_reason()
     if reason is not None:
@@ -47,6 +58,10 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
         [
             sys.executable,
             str(ROOT / "bench/slurm_experiment.py"),
+            "--runs",
+            "slurm,hylo",
+            "--store",
+            "postgres" if _postgres_answers() else "sqlite",
             "--rows",
             "230:",
             "--jobs",
@@ -80,21 +95,25 @@ def test_experiment_harness_on_real_slurm(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["runs"]) == {"slurm", "hylo"}
-    for run in report["runs"].values():
+    runs = {run["arm"]: run for run in report["runs"]}
+    assert set(runs) == {"slurm", "hylo"}
+    for run in runs.values():
         jobs = run["jobs"]
         assert len(jobs) == 4
+        # every job's figures came from the decisions database, and agree with Slurm's own records
+        assert run["per_job_source"]["database"] == 4
+        assert run["per_job_source"]["database_vs_jobcomp_over_1s"] == 0
+        assert run["hylo"]["decisions"]["job_rows"] >= 1
         assert all(j["state"] == "COMPLETED" for j in jobs)
         assert all(j["start"] >= j["submit"] and j["end"] >= j["start"] for j in jobs)
         m = run["metrics"]
         assert m["makespan_s"] > 0 and 0 < m["gpu_utilization"] <= 1
     # Slurm alone never shows a priority in Hylo's band; with Hylo, every job that got one got it
     # after it was submitted
-    assert all(j["hylo_priority_seen"] is None for j in report["runs"]["slurm"]["jobs"])
-    assert all(
-        j["time_to_priority_s"] is None or j["time_to_priority_s"] >= 0
-        for j in report["runs"]["hylo"]["jobs"]
-    )
-    assert "comparison" in report
+    assert all(j["hylo_priority_seen"] is None for j in runs["slurm"]["jobs"])
+    assert runs["slurm"]["hylo"]["mode"].startswith("observing")
+    assert all(j["time_to_priority_s"] is None or j["time_to_priority_s"] >= 0 for j in runs["hylo"]["jobs"])
+    assert set(report["summary"]["arms"]) == {"slurm", "hylo"}
+    assert "hylo vs slurm" in report["summary"]["paired_change_pct"]
     assert not state_dir.exists()  # the cluster was taken down
     shutil.rmtree(state_dir.parent, ignore_errors=True)
