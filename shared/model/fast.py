@@ -473,6 +473,10 @@ class FastActor:
         self.base_prior = float(model.config.base_prior)
         if self.base_prior > 0:
             self.fused = False
+        #: ``slot_prior`` for the longest queue seen so far; a shorter queue's is its first rows
+        #: (the same floats: each slot's value does not depend on n), so a decision does not call
+        #: torch to build it
+        self._prior: F32Array = np.zeros(0, dtype=np.float32)
         self._act = _ACTIVATION_CODES.get(model.config.activation, -1)
         self._weights = tuple(w for w, _ in self._direct or ())
         self._biases = tuple(b for _, b in self._direct or ())
@@ -502,7 +506,9 @@ class FastActor:
         else:
             scores = self._scores_layers(x, n)
         if self.base_prior > 0:  # the same float32 numbers and sum as ``ActorCritic.scores``
-            with_prior: F32Array = scores + slot_prior(self.base_prior, n).numpy()
+            if len(self._prior) < n:
+                self._prior = slot_prior(self.base_prior, n).numpy()
+            with_prior: F32Array = scores + self._prior[:n]
             return with_prior
         return scores
 

@@ -116,3 +116,14 @@ def test_a_card_without_the_field_loads_with_the_prior_off(tmp_path: Path) -> No
 def test_a_negative_prior_is_refused() -> None:
     with pytest.raises(ValueError, match="base_prior"):
         ModelConfig(base_prior=-0.1)
+
+
+def test_one_actor_scores_a_short_queue_after_a_long_one_as_the_module_does() -> None:
+    """``FastActor`` keeps the prior of the longest queue and slices it for shorter ones."""
+    torch.manual_seed(0)
+    model = ActorCritic(PRIOR)
+    actor = FastActor(model)
+    for n in (300, 7, 1, 3000, 64):
+        obs = _obs(n, seed=n)
+        expected = model.scores(torch.from_numpy(obs).unsqueeze(0), torch.ones((1, n), dtype=torch.bool))
+        np.testing.assert_array_equal(actor.scores(obs), expected[0].detach().numpy())
