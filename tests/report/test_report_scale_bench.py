@@ -6,26 +6,18 @@ Skipped, with the reason, where no throwaway PostgreSQL can be started (no serve
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from bench.support.postgres import postgres_bindir
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench_script import load_bench
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("report_scale_bench", ROOT / "bench" / "report_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("report_scale")
 
 
 def test_a_small_run_measures_every_phase(tmp_path: Path) -> None:

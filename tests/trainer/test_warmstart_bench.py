@@ -12,9 +12,6 @@ Small synthetic workload (the bench's ``A``, 400 jobs), 32-job windows: a few se
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -24,20 +21,12 @@ import torch
 from shared.metrics import chronological_split
 from shared.rl.trainer import train
 from shared.sim.evaluate import PreparedWorkload
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench_script import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "trainer_warmstart_bench", ROOT / "bench" / "trainer_warmstart.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("trainer_warmstart")
 
 
 def args() -> argparse.Namespace:
