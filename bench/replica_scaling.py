@@ -108,7 +108,7 @@ async def _drive(
     return latencies, seconds, done[0]
 
 
-def measure(args: argparse.Namespace, src: Any, spec_name: str, replicas: int) -> dict[str, Any]:
+def measure(args: argparse.Namespace, src: Any, spec_name: str, replicas: int, shard: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hylo-replicas-") as tmp:
         folder = Path(tmp)
         stack = LocalStack(folder)
@@ -127,6 +127,7 @@ def measure(args: argparse.Namespace, src: Any, spec_name: str, replicas: int) -
                 "HYLO_STORAGE": "memory",
                 "HYLO_LOG_LEVEL": "WARNING",
                 "HYLO_PLACER_DECODE_AHEAD": args.decode_ahead,
+                "HYLO_SHARD_CLUSTERS": "true" if shard else "false",
             }
             _start(stack, env, replicas)
             procs = {c.proc.pid: _stage(c.name, c.env) for c in stack.children if c.name != "nats-server"}
@@ -151,6 +152,7 @@ def measure(args: argparse.Namespace, src: Any, spec_name: str, replicas: int) -
     total_cpu = sum(used.values())
     return {
         "replicas": replicas,
+        "shard_clusters": shard,
         "clusters": args.clusters,
         "pending_jobs": args.size,
         "decisions": done,
@@ -178,30 +180,53 @@ def main() -> None:
     p.add_argument(
         "--decode-ahead", default="idle", choices=["on", "idle", "off"], help="HYLO_PLACER_DECODE_AHEAD"
     )
+    p.add_argument(
+        "--shard-clusters",
+        default="on",
+        help="HYLO_SHARD_CLUSTERS per series, comma-separated: on (each cluster to one replica), off "
+        "(any replica takes any cluster's message), or on,off for both side by side [on]",
+    )
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "replica_scaling.json"))
     args = p.parse_args()
     counts = [int(r) for r in args.replicas.split(",") if r]
+    modes = [m.strip() for m in args.shard_clusters.split(",") if m.strip()]
+    if not modes or any(m not in ("on", "off") for m in modes):
+        p.error(f"--shard-clusters {args.shard_clusters!r}: expected on, off or on,off")
     src = busy_snapshot_source(args.trace, args.cluster, "burst")
     spec_name = args.cluster if src[4] == args.trace else "embedded"
     rows = []
+    # the series interleaved (1 on, 1 off, 2 on, ...): a change in the machine's load hits both alike
     for r in counts:
-        console.print(f"{r} replica(s) per stage, {args.clusters} clusters x {args.size} pending ...")
-        rows.append(measure(args, src, spec_name, r))
-    base = rows[0]["decisions_per_cpu_s"]
+        for mode in modes:
+            console.print(
+                f"{r} replica(s) per stage, sharding {mode}, "
+                f"{args.clusters} clusters x {args.size} pending ..."
+            )
+            rows.append(measure(args, src, spec_name, r, mode == "on"))
+    base = {row["shard_clusters"]: row["decisions_per_cpu_s"] for row in reversed(rows)}
     title = f"{args.clusters} clusters x {args.size} pending jobs, {src[4]} on {spec_name}"
     table = Table(title=f"{title}, placer decode-ahead {args.decode_ahead}")
-    for col in ("replicas", "decisions/s", "p50 ms", "p99 ms (worst cluster)", "decisions per CPU-s", "vs 1"):
+    for col in (
+        "replicas",
+        "sharding",
+        "decisions/s",
+        "p50 ms",
+        "p99 ms (worst cluster)",
+        "decisions per CPU-s",
+        "vs 1",
+    ):
         table.add_column(col, justify="right")
     for stage in STAGES:
         table.add_column(f"{stage} CPU ms/decision", justify="right")
     for row in rows:
         table.add_row(
             str(row["replicas"]),
+            "on" if row["shard_clusters"] else "off",
             f"{row['decisions_per_s']:.1f}",
             f"{row['p50_ms']:.0f}",
             f"{row['p99_ms_worst_cluster']:.0f}",
             f"{row['decisions_per_cpu_s']:.2f}",
-            f"{row['decisions_per_cpu_s'] / base - 1:+.1%}",
+            f"{row['decisions_per_cpu_s'] / base[row['shard_clusters']] - 1:+.1%}",
             *(f"{row['cpu_s_per_decision'][s] * 1e3:.1f}" for s in STAGES),
         )
     console.print(table)

@@ -56,6 +56,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         durable="featurizer",
         handle=on_snapshot,
         latest_wins=True,
+        sharded=True,
         reject=(StageError,),
     )
     routes: list[Route[Any]] = [route]

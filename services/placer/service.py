@@ -78,6 +78,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         decode_ahead=ahead,
         prepare=stage.prepare,
         large=ctx.publisher.large,
+        accept=ctx.shards.owns,
     )
     stale = Counter(
         "hylo_stale_vectors",
@@ -131,6 +132,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             model=PriorityVector,
             durable="placer",
             handle=on_priorities,
+            sharded=True,
             reject=(StageError,),
             fetch_missing=fetch_matrix,
         ),
@@ -148,6 +150,7 @@ async def build(ctx: ServiceContext) -> Wiring:
         ctx.publisher.limits,
         decode_ahead=ahead,
         large=ctx.publisher.large,
+        accept=ctx.shards.owns,
     )
     if role != "record" and mode != "off":  # off: a vector's snapshot is read from the stream
         await snapshots.start()

@@ -156,6 +156,7 @@ def _stages(
         decode_ahead=scoring,
         prepare=prepare,
         large=ctx.publisher.large,
+        accept=ctx.shards.owns,
     )
 
     async def snapshot_of(matrix: FeatureMatrix) -> QueueSnapshot | None:
@@ -379,6 +380,7 @@ async def build(ctx: ServiceContext) -> Wiring:
             model=FeatureMatrix,
             durable="prioritizer",
             handle=on_features,
+            sharded=True,
             reject=(StageError,),
         ),
         Route(

@@ -73,6 +73,7 @@ class DecodeAhead(Generic[M]):
         limits: Limits | None = None,
         decode_ahead: Callable[[], bool] | None = None,
         large: LargePayloads | None = None,
+        accept: Callable[[str], bool] | None = None,
     ) -> None:
         if not getattr(model, "KEEP_RECEIVED_JSON", False):
             raise ValueError(f"{model.__name__} does not keep its received JSON: nothing to decode ahead")
@@ -84,6 +85,9 @@ class DecodeAhead(Generic[M]):
         self.large = large or LargePayloads(nc.jetstream(), subjects)
         #: whether to decode as messages arrive (else they wait, raw, until one is named)
         self.decode_ahead = decode_ahead or (lambda: True)
+        #: the clusters whose messages are kept and decoded as they arrive (the replica's own when
+        #: the stage's replicas split the clusters: ``shared.service.shards``)
+        self.accept = accept or (lambda cluster: True)
         self.stats = DecodeAheadStats()
         self._waiting: dict[str, bytes] = {}
         #: references being read from the object store now, by the digest of the message
@@ -108,6 +112,9 @@ class DecodeAhead(Generic[M]):
         try:
             cluster, _ = self.subjects.parse(msg.subject)
         except SubjectError:
+            return
+        if not self.accept(cluster):
+            self._waiting.pop(cluster, None)
             return
         self.stats.received += 1
         if self._waiting.pop(cluster, None) is not None:

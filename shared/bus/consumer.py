@@ -166,8 +166,15 @@ class Consumer(Generic[M]):
         fetch_missing: FetchMissing | None = None,
         transient: TransientCheck | None = None,
         verify: Verify | None = None,
+        group: str | None = None,
+        fetch_timeout_s: float | None = None,
     ) -> None:
         self.js = js
+        #: how long an idle fetch waits (a message that arrives is returned at once whatever it is)
+        self.fetch_timeout_s = fetch_timeout_s or settings.fetch_timeout_s
+        #: the route's name in metrics, traces and dead letters: the durable, or for a route with a
+        #: consumer per cluster (``shared.service.shards``) the name they share
+        self.group = group or durable
         self.verify = verify
         self.transient = transient
         self._delays = retry_delays(settings) if transient is not None else []
@@ -294,7 +301,7 @@ class Consumer(Generic[M]):
         assert self._sub is not None
         try:
             msgs = await self._sub.fetch(
-                batch or self.settings.fetch_batch, timeout=timeout_s or self.settings.fetch_timeout_s
+                batch or self.settings.fetch_batch, timeout=timeout_s or self.fetch_timeout_s
             )
         except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either when idle
             return 0
@@ -451,13 +458,13 @@ class Consumer(Generic[M]):
             f"consume {self.kind}", context=ctx, kind=trace.SpanKind.CONSUMER
         ) as span:
             span.set_attribute("hylo.correlation_id", message.correlation_id)
-            span.set_attribute("messaging.consumer.group.name", self.durable)
+            span.set_attribute("messaging.consumer.group.name", self.group)
             try:
                 await self.handler(message, delivery)
             except self.reject as err:  # valid JSON, but unusable: retrying cannot help
                 span.record_exception(err)
                 span.set_status(Status(StatusCode.ERROR, str(err)[:200]))
-                await self._dead(msg, f"rejected by {self.durable}: {err}")
+                await self._dead(msg, f"rejected by {self.group}: {err}")
                 return None
             except Exception as err:
                 span.record_exception(err)
@@ -526,7 +533,7 @@ class Consumer(Generic[M]):
         correlation = headers.get(HEADER_CORRELATION)
         letter = DeadLetter.build(
             cluster=cluster,
-            stage=self.durable,
+            stage=self.group,
             reason=reason,
             subject=msg.subject,
             payload=msg.data,

@@ -16,6 +16,8 @@ What is granted, and why it is shaped so:
   the admin's alone (``hylo bus init``); the other roles wait for the streams.
 - **subscribe**: reply inboxes and the subjects of the streams the role reads (the snapshot cache
   and decode-ahead read snapshots and matrices as core NATS messages).
+- **membership**: the featurizer, prioritizer and placer replicas announce themselves on their
+  group's core subject (``<root>.members.<role>``), so that each cluster has one owner among them.
 - **large payloads** (``shared.bus.large``): every role but the trainer's may write objects into the
   root's bucket (its chunk and info subjects) and read them (direct gets, the info of the bucket's
   stream). Object names are not per cluster or kind, so a role can only be kept out of the bucket
@@ -30,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from shared.bus.membership import members_subject
 from shared.bus.streams import large_bucket, large_stream, stream_name
 from shared.schemas.subjects import KINDS, Kind, Subjects, validate_cluster_name
 
@@ -57,6 +60,9 @@ WRITES: dict[Role, tuple[Kind, ...]] = {
 }
 #: what an adapter publishes for each of its clusters
 ADAPTER_WRITES: tuple[Kind, ...] = ("snapshots", "outcomes")
+#: the roles whose replicas split the clusters between them and announce themselves to each other
+#: on their group's subject (``shared.bus.membership``; the group is the service's name)
+SHARDED: tuple[Role, ...] = ("featurizer", "prioritizer", "placer")
 #: the push-event subject's last token (core NATS, not stored: shared by slurmctld's hooks' relay)
 EVENTS = "events"
 #: the prefix of reply subjects (nats-py's default inbox prefix)
@@ -143,6 +149,9 @@ def permissions(identity: Identity, subjects: Subjects) -> Permissions:
     publish += [subjects.all_clusters(kind) for kind in WRITES[identity.role]]
     if identity.role != "trainer":  # the trainer announces models: small, and it reads no big kind
         publish += _large_api(subjects)
+    if identity.role in SHARDED:  # its replicas split the clusters (shared.bus.membership)
+        publish.append(members_subject(subjects, identity.role))
+        subscribe.append(members_subject(subjects, identity.role))
     for cluster in identity.clusters:
         publish += [subjects.of(cluster, kind) for kind in ADAPTER_WRITES]
         events = f"{subjects.prefix}.{cluster}.{EVENTS}"

@@ -134,6 +134,31 @@ class BusSettings(LimitSettings):
     )
     fetch_batch: int = Field(default=64, ge=1)
     fetch_timeout_s: float = Field(default=0.5, gt=0)
+    shard_clusters: bool = Field(
+        default=True,
+        description="replicas of a stage split the clusters between them (a durable consumer per cluster, "
+        "an owner per cluster: shared.service.shards); false: every replica takes any cluster's message",
+    )
+    shard_heartbeat_s: float = Field(
+        default=1.0, gt=0, description="how often a replica tells the others of its stage it is alive"
+    )
+    shard_expiry_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="a replica not heard from for this long is gone: its clusters go to the others",
+    )
+    shard_fetch_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="idle fetch wait of a per-cluster consumer: each idle one polls the server this often "
+        "(a message is returned as soon as it arrives); longer = less idle CPU, slower stop; at most half "
+        "of ack_wait_s is used",
+    )
+    shard_sweep_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="how often the first replica looks for messages of clusters without a spec (refused)",
+    )
 
 
 def message_limits(settings: BusSettings, max_payload: int | None = None) -> Limits:

@@ -99,6 +99,7 @@ class SnapshotCache:
         decode_ahead: Callable[[], bool] | None = None,
         prepare: Callable[[QueueSnapshot], Any] | None = None,
         large: LargePayloads | None = None,
+        accept: Callable[[str], bool] | None = None,
     ) -> None:
         if per_cluster < 1:
             raise ValueError("per_cluster must be >= 1")
@@ -110,6 +111,9 @@ class SnapshotCache:
         self.per_cluster = per_cluster
         self.decode_ahead = decode_ahead or (lambda: True)
         self.prepare = prepare
+        #: the clusters whose snapshots are kept as they arrive (the replica's own, when the stage's
+        #: replicas split the clusters: ``shared.service.shards``); the others are read on demand
+        self.accept = accept or (lambda cluster: True)
         self.stats = SnapshotCacheStats()
         self._clusters: dict[str, _Cluster] = {}
         self._sub: Subscription | None = None
@@ -155,6 +159,9 @@ class SnapshotCache:
             return
         if not correlation:
             return  # not published by a Hylo publisher: the stream fallback still finds it
+        if not self.accept(cluster):
+            self._clusters.pop(cluster, None)  # another replica's now: forget what was kept
+            return
         self.stats.received += 1
         entries = self._clusters.setdefault(cluster, _Cluster()).entries
         entries[correlation] = _Entry(raw=msg.data)

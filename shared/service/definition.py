@@ -26,6 +26,7 @@ from shared.schemas.subjects import Kind, Subjects
 from shared.service.api_auth import ApiGuard
 from shared.service.metrics import ServiceMetrics
 from shared.service.settings import ServiceSettings
+from shared.service.shards import ClusterShards
 from shared.store.settings import StoreSettings
 
 M = TypeVar("M", bound=Message)
@@ -64,6 +65,9 @@ class Route(Generic[M]):
     #: checks who sent a message before it is handled (a signature today, a sender identity once
     #: NATS accounts exist); a refusal is dead-lettered with its reason (``shared.bus.consumer``)
     verify: Verify | None = None
+    #: each cluster's messages go to the replica that owns the cluster (``shared.service.shards``;
+    #: ``HYLO_SHARD_CLUSTERS``): for routes whose handling profits from work done ahead per cluster
+    sharded: bool = False
 
 
 @dataclass
@@ -85,6 +89,9 @@ class ServiceContext:
     #: tokens and rate limits of the service's HTTP routes, built by the runtime before anything
     #: connects (``shared.service.api_auth``); a router that guards each route itself uses this one
     guard: ApiGuard
+    #: which clusters this replica owns among its stage's replicas (all of them until a sharded
+    #: route joins the group): a service works ahead only for the clusters it owns
+    shards: ClusterShards
 
 
 Readiness = Callable[[], Awaitable[str | None]]

@@ -40,9 +40,9 @@ class _ConsumerCollector(Collector):
                 ("error", s.handler_errors),
                 ("retried", s.retried),  # sent back with a delay: a dependency (the store) was down
             ):
-                family.add_metric([self.service, c.durable, outcome], value)
+                family.add_metric([self.service, c.group, outcome], value)
             for reason, value in s.reasons.items():
-                reasons.add_metric([self.service, c.durable, reason], value)
+                reasons.add_metric([self.service, c.group, reason], value)
         yield family
         yield reasons
 

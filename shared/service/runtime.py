@@ -49,6 +49,7 @@ from shared.service.clusters import load_specs
 from shared.service.definition import Route, ServiceContext, ServiceDefinition, Wiring
 from shared.service.metrics import ServiceMetrics
 from shared.service.settings import ServiceSettings
+from shared.service.shards import ClusterShards, ShardedRoute
 from shared.store.engine import create_engine
 from shared.store.settings import StoreSettings
 from shared.telemetry import TelemetrySettings, setup_tracing, shutdown_tracing
@@ -93,6 +94,9 @@ class ServiceRuntime:
         self.replica = self.settings.replica or default_replica()
         self.metrics = ServiceMetrics(self.name)
         self.consumers: list[Consumer[Any]] = []
+        #: routes with a consumer per cluster (``Route.sharded``), each running its owned clusters'
+        self.sharded: list[ShardedRoute] = []
+        self.shards: ClusterShards | None = None
         self.nc: Client | None = None
         self.engine: AsyncEngine | None = None
         self.wiring: Wiring | None = None
@@ -119,6 +123,14 @@ class ServiceRuntime:
         publisher = Publisher(js, subjects, limits, signer=SigningSettings().signer())
         if self.definition.needs_store:
             self.engine = create_engine(self.store.database_url, echo=self.store.database_echo)
+        shards = self.shards = ClusterShards(
+            self.nc,
+            subjects,
+            self.name,
+            specs,
+            heartbeat_s=self.bus.shard_heartbeat_s,
+            expiry_s=self.bus.shard_expiry_s,
+        )
         ctx = ServiceContext(
             name=self.name,
             replica=self.replica,
@@ -133,20 +145,54 @@ class ServiceRuntime:
             metrics=self.metrics,
             specs=specs,
             guard=guard,
+            shards=shards,
         )
         self.wiring = await self.definition.build(ctx)
         for route in self.wiring.routes:
+            if route.sharded and self.bus.shard_clusters and route.cluster is None and not route.per_replica:
+                self.sharded.append(self._sharded(route, ctx))
+                continue
             consumer = self._consumer(route, ctx)
             await consumer.start()
             self.metrics.watch(consumer)
             self.consumers.append(consumer)
-        log.info("%s %s: %d route(s) bound", self.name, self.replica, len(self.consumers))
+        if self.sharded:
+            await shards.join()
+            log.info("%s %s: member %s of its stage's replicas", self.name, self.replica, shards.me)
+        log.info("%s %s: %d route(s) bound", self.name, self.replica, self._bound())
 
-    def _consumer(self, route: Route[Any], ctx: ServiceContext) -> Consumer[Any]:
+    def _bound(self) -> int:
+        return len(self.consumers) + len(self.sharded)
+
+    def route_names(self) -> set[str]:
+        """The routes bound: consumers' durable names, and sharded routes' shared name."""
+        return {c.durable for c in self.consumers} | {r.name for r in self.sharded}
+
+    def _sharded(self, route: Route[Any], ctx: ServiceContext) -> ShardedRoute:
+        """A consumer per cluster (``<durable>-<cluster>``), run while this replica owns the cluster."""
+
+        def make(cluster: str) -> Consumer[Any]:
+            return self._consumer(route, ctx, cluster=cluster)
+
+        return ShardedRoute(
+            ctx.shards,
+            ctx.js,
+            ctx.subjects,
+            route.kind,
+            make,
+            watch=self.metrics.watch,
+            name=route.durable,
+            sweep_s=self.bus.shard_sweep_s,
+        )
+
+    def _consumer(self, route: Route[Any], ctx: ServiceContext, cluster: str | None = None) -> Consumer[Any]:
+        """The route's consumer (``cluster``: one cluster's, for a sharded route)."""
         durable = route.durable
         if route.per_replica:
             durable = f"{durable}-{_token(self.replica)}"
-        histogram = self.metrics.handle_seconds.labels(self.name, durable)
+        if cluster is not None:
+            durable = f"{route.durable}-{cluster}"
+        histogram = self.metrics.handle_seconds.labels(self.name, route.durable if cluster else durable)
         publisher = ctx.publisher
 
         async def handle(message: Message, delivery: Delivery) -> None:
@@ -164,7 +210,7 @@ class ServiceRuntime:
             durable=durable,
             handler=handle,
             settings=self.bus,
-            cluster=route.cluster,
+            cluster=cluster or route.cluster,
             latest_wins=route.latest_wins,
             reject=route.reject,
             deliver_policy=route.deliver_policy,
@@ -174,6 +220,10 @@ class ServiceRuntime:
             fetch_missing=route.fetch_missing,
             transient=route.transient,
             verify=route.verify,
+            group=route.durable if cluster else None,
+            # below half the ack wait: a message that reaches the inbox just as an idle fetch ends
+            # waits for the next fetch, and must not be redelivered meanwhile
+            fetch_timeout_s=min(self.bus.shard_fetch_timeout_s, self.bus.ack_wait_s / 2) if cluster else None,
         )
 
     # -- readiness ------------------------------------------------------------------------------
@@ -227,7 +277,7 @@ class ServiceRuntime:
     async def _running(self) -> str | None:
         if self.stopping:
             return "stopping: finishing in-flight messages"
-        if len(self.consumers) != len(self.wiring.routes if self.wiring else []):
+        if self._bound() != len(self.wiring.routes if self.wiring else []):
             return "consumers not bound yet"
         return None
 
@@ -261,6 +311,7 @@ class ServiceRuntime:
             await self.start()
         consumers_stop = asyncio.Event()
         tasks = [asyncio.create_task(c.run(consumers_stop), name=c.durable) for c in self.consumers]
+        tasks += [asyncio.create_task(r.run(consumers_stop), name=f"shards-{r.kind}") for r in self.sharded]
         port = self.settings.http_port
         if port is None:
             port = self.definition.default_port
@@ -289,6 +340,9 @@ class ServiceRuntime:
                 self.gone = "the NATS client closed the connection (reconnect attempts exhausted)"
         watch_task.cancel()
         self.stopping = True
+        if self.shards is not None:  # the others take this replica's clusters while it finishes
+            with contextlib.suppress(Exception):
+                await self.shards.leave()
         consumers_stop.set()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
@@ -322,6 +376,12 @@ class ServiceRuntime:
         for c in self.consumers:
             with contextlib.suppress(Exception):
                 await c.close()
+        for r in self.sharded:
+            with contextlib.suppress(Exception):
+                await r.close()
+        if self.shards is not None:
+            with contextlib.suppress(Exception):
+                await self.shards.leave()
         if self.wiring is not None and self.wiring.on_stop is not None:
             await self.wiring.on_stop()
         if self.nc is not None and not self.nc.is_closed:

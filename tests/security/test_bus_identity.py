@@ -87,13 +87,16 @@ def _writes(identity: Identity) -> set[str]:
 def test_each_role_publishes_only_its_own_output() -> None:
     by_name = {i.name: i for i in standard_identities(("a", "b"))}
     dead = SUBJECTS.all_clusters("dead")
-    assert _writes(by_name["featurizer"]) == {SUBJECTS.all_clusters("features"), dead}
+    # the pipeline's stages also announce their replicas on their own group's subject, no other
+    members = {role: f"{ROOT}.members.{role}" for role in ("featurizer", "prioritizer", "placer")}
+    assert _writes(by_name["featurizer"]) == {SUBJECTS.all_clusters("features"), dead, members["featurizer"]}
     assert _writes(by_name["prioritizer"]) == {
         SUBJECTS.all_clusters("priorities"),
         SUBJECTS.all_clusters("shadows"),
         dead,
+        members["prioritizer"],
     }
-    assert _writes(by_name["placer"]) == {SUBJECTS.all_clusters("placements"), dead}
+    assert _writes(by_name["placer"]) == {SUBJECTS.all_clusters("placements"), dead, members["placer"]}
     assert _writes(by_name["trainer"]) == {SUBJECTS.all_clusters("models"), dead}
     assert _writes(by_name["adapter-a"]) == {
         SUBJECTS.of("a", "snapshots"),
