@@ -62,8 +62,9 @@ from shared.store.models import Cluster, Decision, ModelVersionEvent, ModelVersi
 
 __all__ = ["UNATTRIBUTED", "FloatArray"]
 
-#: tables a report needs; ``model_version_events`` (migration 0002) is optional
-REQUIRED_TABLES = ("clusters", "decisions", "outcomes", "model_versions")
+#: tables a report needs (``decision_snapshots``: migration 0008); ``model_version_events`` (migration
+#: 0002) is optional
+REQUIRED_TABLES = ("clusters", "decisions", "decision_snapshots", "outcomes", "model_versions")
 
 CLUSTERS = table_of(Cluster)
 DECISIONS = table_of(Decision)
@@ -324,8 +325,8 @@ async def _load(
     missing = [t for t in REQUIRED_TABLES if t not in tables]
     if missing:
         raise NotMigrated(
-            f"the database has no Hylo tables ({', '.join(missing)} missing): it was never migrated "
-            "(python -m shared.store.migrate)"
+            f"the database has no Hylo tables ({', '.join(missing)} missing): it was never migrated, "
+            "or not to the newest revision (python -m shared.store.migrate)"
         )
     name, known = await resolve_cluster(conn, cluster)
     if name is None:

@@ -5,10 +5,13 @@ few result kinds) written for PostgreSQL (12+) and SQLite (3.25+), and they are 
 check against ``EXPLAIN`` as SQL. Every value comes in as a bound parameter; the only text put together
 is fixed fragments (a range condition, the time-bin ``CASE``, the dialect's pieces below).
 
-One statement per part of the page (snapshots, finished jobs, the GPU timeline, shadow models), so
-each heavy read (the rows of ``decisions`` per snapshot, the join of outcomes to the decision that
-started them) happens once per report; the covering indexes of migration 0005 make those reads
-index-only.
+One statement per part of the page (snapshots, finished jobs, the GPU timeline, shadow models). None
+of them reads a decision row per snapshot or per finished job (migration 0008,
+``shared.store.derived``): the per-snapshot figures read ``decision_snapshots`` (one row per snapshot,
+written with its decision), and the finished jobs are grouped by who started them from the outcome's
+own copy of that decision (``outcomes.decision_*``). Over the 69 days of a 10M-row store these two
+reads went from a lookup per snapshot and per job across every partition (27-37 s per report) to
+reading 200,000 and 400,000 narrow rows (``docs/results/store-scale.md``).
 
 Exact percentiles, two ways, the same numbers (numpy's linear interpolation, up to rounding):
 
@@ -20,15 +23,9 @@ Exact percentiles, two ways, the same numbers (numpy's linear interpolation, up 
 On PostgreSQL the report's transaction turns JIT compilation off (it costs more than these queries
 save) and gives its sorts 32 MB of memory (``SET LOCAL``: this transaction only).
 
-``decisions`` is partitioned by ``snapshot_time`` on PostgreSQL (migration 0007), so every read of it
-names a range of times known before the statement runs: PostgreSQL then plans only the partitions of
-that range. (A range known only per outer row, in a nested loop, prunes too, but costs about as much
-per row as reading every partition's index: 70 us per row at 16 partitions, seconds for a week's
-jobs.) The first row of a snapshot is read by (id, time) within the report's range; the decision
-that started a job within ``PENDING_SLACK_S`` of the time the job was pending
-(``DECIDED_WHILE_PENDING``), and within the range of times that allows for the range's jobs
-(``decided_range``); the applied ranks beside shadow ranks within the report's range (a shadow rank
-and its decision share their snapshot's time).
+``decisions`` is partitioned by ``snapshot_time`` on PostgreSQL (migration 0007); the one read of it
+left, the applied ranks beside shadow ranks, names the report's range of times (a shadow rank and its
+decision share their snapshot's time), so PostgreSQL plans only the partitions of that range.
 """
 
 from __future__ import annotations
@@ -78,10 +75,11 @@ PG = "postgresql"
 #: decision's snapshot time lies between the job's submit and start times. One hour: far more than
 #: rounding (Slurm reports whole seconds) or skew between the adapter's and the scheduler's clocks
 PENDING_SLACK_S = 3600
-#: the join condition (``d``: decisions, ``o``: outcomes) that lets PostgreSQL open only the partitions
-#: that can hold the decision that started the job; a decision outside it would count as unattributed
+#: "the decision that started the job was made while it was pending", on the outcome's own copy of
+#: that decision (``outcomes.decision_time``, migration 0008); a decision outside it counts as
+#: unattributed, as when the report joined the decision rows under this condition
 DECIDED_WHILE_PENDING = (
-    f"d.snapshot_time >= o.submit_s - {PENDING_SLACK_S} AND d.snapshot_time <= o.start_s + {PENDING_SLACK_S}"
+    f"o.decision_time >= o.submit_s - {PENDING_SLACK_S} AND o.decision_time <= o.start_s + {PENDING_SLACK_S}"
 )
 
 
@@ -222,7 +220,7 @@ async def time_span(conn: AsyncConnection, w: Window) -> tuple[float | None, flo
     snaps = (
         await conn.execute(
             text(
-                "SELECT MIN(snapshot_time) AS lo, MAX(snapshot_time) AS hi FROM decisions "
+                "SELECT MIN(snapshot_time) AS lo, MAX(snapshot_time) AS hi FROM decision_snapshots "
                 f"WHERE cluster = :cluster{w.cut('snapshot_time')}"
             ),
             params,
@@ -234,7 +232,7 @@ async def time_span(conn: AsyncConnection, w: Window) -> tuple[float | None, flo
             (
                 await conn.execute(
                     text(
-                        "SELECT COUNT(*) FROM (SELECT DISTINCT snapshot_time, correlation_id FROM decisions "
+                        "SELECT COUNT(*) FROM (SELECT snapshot_time FROM decision_snapshots "
                         f"WHERE cluster = :cluster{w.cut('snapshot_time')} LIMIT {COUNT_FOR_BINS}) s"
                     ),
                     params,
@@ -249,19 +247,13 @@ async def time_span(conn: AsyncConnection, w: Window) -> tuple[float | None, flo
 # --- decided snapshots ------------------------------------------------------------------------------
 
 _SNAPSHOTS = """
-per AS {materialized} (
-    SELECT MIN(id) AS first_id, snapshot_time AS first_t, COUNT(*) AS n_rows,
-           SUM(CASE WHEN placed THEN 1 ELSE 0 END) AS n_placed
-    FROM decisions WHERE cluster = :cluster{cut}
-    GROUP BY snapshot_time, correlation_id
-),
 snap AS {materialized} (
-    SELECT d.snapshot_time AS t, d.policy, d.model_version, d.fallback, d.latencies_ms, d.latency_ms,
-           per.n_rows, per.n_placed, {bin} AS bin,
-           CASE WHEN d.model_version IS NOT NULL THEN d.model_version ELSE 'policy:' || d.policy END
+    SELECT s.snapshot_time AS t, s.policy, s.model_version, s.fallback, s.latencies_ms, s.latency_ms,
+           s.decision_rows AS n_rows, s.placed_rows AS n_placed, {bin} AS bin,
+           CASE WHEN s.model_version IS NOT NULL THEN s.model_version ELSE 'policy:' || s.policy END
                AS decided_by,
-           ROW_NUMBER() OVER (ORDER BY d.sequence, d.snapshot_time, d.id) AS pos
-    FROM per {first_row}
+           ROW_NUMBER() OVER (ORDER BY s.sequence, s.snapshot_time, s.first_decision_id) AS pos
+    FROM decision_snapshots s WHERE s.cluster = :cluster{cut}
 ),
 charged AS (
     SELECT pos, model_version, fallback, n_rows, COUNT(model_version) OVER (ORDER BY pos) AS era FROM snap
@@ -273,15 +265,6 @@ stage AS {materialized} (
     UNION ALL
     SELECT pos, bin, '{total}', 0, latency_ms FROM snap WHERE latency_ms IS NOT NULL
 )"""
-
-#: PostgreSQL: the first row of each snapshot by its id, always as one index lookup per snapshot. The
-#: planner cannot tell how many snapshots the grouping yields (it assumes a tenth of the rows) and, with a
-#: plain join, read the whole table instead (seconds); OFFSET 0 keeps the subquery a nested loop. The
-#: snapshot's time picks the one partition to look in (the primary key is (id, snapshot_time)).
-_FIRST_ROW_PG = (
-    "CROSS JOIN LATERAL (SELECT * FROM decisions x "
-    "WHERE x.id = per.first_id AND x.snapshot_time = per.first_t{cut} OFFSET 0) d"
-)
 
 _SNAPSHOT_COUNTS = """
 SELECT 'decided' AS kind, decided_by AS k1, MAX(model_version) AS k2, -1 AS bin, COUNT(*) AS n,
@@ -300,11 +283,8 @@ async def snapshot_stats(conn: AsyncConnection, w: Window, edges: FloatArray) ->
     pg = conn.dialect.name == PG
     ctes = _SNAPSHOTS.format(
         materialized="MATERIALIZED" if pg else "",
-        cut=w.cut("snapshot_time"),
-        first_row=_FIRST_ROW_PG.format(cut=w.cut("x.snapshot_time"))
-        if pg
-        else "JOIN decisions d ON d.id = per.first_id",
-        bin=_bin_case("d.snapshot_time", edges, params),
+        cut=w.cut("s.snapshot_time"),
+        bin=_bin_case("s.snapshot_time", edges, params),
         ord="e.ord" if pg else "e.id",
         each="jsonb_each(s.latencies_ms) WITH ORDINALITY AS e(key, value, ord)"
         if pg
@@ -387,13 +367,10 @@ def _snapshot_stats(rows: Sequence[Any], pg: bool, bins: int) -> SnapshotStats:
 _ATTRIBUTED = """
 a AS {materialized} (
     SELECT o.start_s, o.wait_s, o.jct_s, o.bsld, {bin} AS bin,
-           CASE WHEN d.policy IS NULL THEN '{unattributed}'
-                WHEN d.model_version IS NOT NULL THEN d.model_version
-                ELSE 'policy:' || d.policy END AS grp
+           CASE WHEN o.decision_policy IS NULL OR NOT ({pending}) THEN '{unattributed}'
+                WHEN o.decision_model_version IS NOT NULL THEN o.decision_model_version
+                ELSE 'policy:' || o.decision_policy END AS grp
     FROM outcomes o
-    LEFT JOIN decisions d
-      ON d.cluster = o.cluster AND d.correlation_id = o.correlation_id AND d.job_id = o.job_id
-         AND {pending}{decided}
     WHERE o.cluster = :cluster{cut}
 )"""
 
@@ -402,29 +379,6 @@ SELECT 'group' AS kind, grp, -1 AS bin, COUNT(*) AS n, MIN(start_s) AS lo, MAX(s
        AVG(wait_s) AS mean_wait_s, MAX(wait_s) AS max_wait_s, AVG(jct_s) AS mean_jct_s,
        MAX(jct_s) AS max_jct_s, AVG(bsld) AS mean_bsld, MAX(bsld) AS max_bsld{q}
 FROM a GROUP BY grp"""
-
-
-async def decided_range(conn: AsyncConnection, w: Window, params: dict[str, Any]) -> str:
-    """The condition on ``d.snapshot_time`` that holds for every decision that started a job of the
-    range (``DECIDED_WHILE_PENDING``: from the earliest submission among those jobs to the range's end,
-    with the slack), its bounds put into ``params``; empty when the range has no finished job.
-
-    Why a separate statement: bounds known when the join is planned let PostgreSQL plan only those
-    partitions (module docstring); the same bounds read inside the join would be known only as it runs.
-    """
-    first = (
-        await conn.execute(
-            text(f"SELECT MIN(submit_s) FROM outcomes WHERE cluster = :cluster{w.cut('start_s')}"), w.params()
-        )
-    ).scalar()
-    if first is None:
-        return ""
-    params["decided_from"] = float(first) - PENDING_SLACK_S
-    out = " AND d.snapshot_time >= :decided_from"
-    if w.until is not None:
-        params["decided_to"] = w.until + PENDING_SLACK_S
-        out += " AND d.snapshot_time <= :decided_to"
-    return out
 
 
 async def outcome_stats(conn: AsyncConnection, w: Window, edges: FloatArray) -> OutcomeStats:
@@ -439,7 +393,6 @@ async def outcome_stats(conn: AsyncConnection, w: Window, edges: FloatArray) -> 
         unattributed=UNATTRIBUTED,
         cut=w.cut("o.start_s"),
         pending=DECIDED_WHILE_PENDING,
-        decided=await decided_range(conn, w, params),
     )
     nulls = ", NULL" * 8
     if pg:

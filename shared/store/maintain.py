@@ -20,7 +20,8 @@ stored, or ``--now``: retention never removes rows because time passed without d
    ``decision_rollups`` and dropped (the cheap path: a partition that straddles the cut is kept whole
    until it is entirely older); rows before the cut in the default partition, and on SQLite every row
    before the cut, are rolled up and deleted. Each raw row is rolled up exactly once, in the same
-   transaction that removes it;
+   transaction that removes it, and its snapshot's ``decision_snapshots`` row goes with it (the
+   outcomes keep their copy of the decision that started them: a fact of the job, not of the raw row);
 2. ``HYLO_ROLLUP_RETENTION_DAYS``: roll-up rows of days before that cut are deleted;
 3. PostgreSQL: partitions are created for the span holding now and ``HYLO_DECISION_PARTITIONS_AHEAD``
    spans after it, and for every span the default partition holds rows of (which move into them).
@@ -39,7 +40,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.store import partitions
+from shared.store import derived, partitions
 from shared.store.engine import create_engine
 from shared.store.partitions import DAY_S, Partition
 from shared.store.settings import MaintenanceSettings, StoreSettings, safe_url
@@ -106,6 +107,8 @@ class MaintenanceReport:
     #: raw decision rows rolled up (those of dropped partitions included), and deleted row by row
     rolled_up_rows: int = 0
     deleted_rows: int = 0
+    #: ``decision_snapshots`` rows removed with the raw rows they summarized
+    snapshots_deleted: int = 0
     rollups_deleted: int = 0
 
     def lines(self) -> list[str]:
@@ -119,6 +122,8 @@ class MaintenanceReport:
         out += [f"dropped partition {name}" for name in self.dropped]
         if self.deleted_rows:
             out.append(f"deleted {self.deleted_rows} raw rows")
+        if self.snapshots_deleted:
+            out.append(f"deleted {self.snapshots_deleted} snapshot summaries (decision_snapshots)")
         if self.rollups_deleted:
             out.append(f"deleted {self.rollups_deleted} roll-up rows")
         out += [f"created partition {name}" for name in self.created]
@@ -176,6 +181,7 @@ def _drop_old_partitions(conn: Connection, cut: float, report: MaintenanceReport
     for part in old:
         assert part.lo is not None and part.hi is not None
         report.rolled_up_rows += roll_up(conn, part.qualified, part.lo, part.hi)
+        report.snapshots_deleted += derived.forget_snapshots(conn, part.qualified, part.lo, part.hi)
         partitions.drop_partition(conn, part)
         report.dropped.append(part.name)
 
@@ -188,6 +194,7 @@ def _delete_old_rows(conn: Connection, source: str, cut: float, report: Maintena
     if first is None:
         return
     report.rolled_up_rows += roll_up(conn, source, day_start(float(first)), cut)
+    report.snapshots_deleted += derived.forget_snapshots(conn, source, day_start(float(first)), cut)
     deleted = conn.execute(text(f"DELETE FROM {source} WHERE snapshot_time < :cut"), {"cut": cut})
     report.deleted_rows += int(deleted.rowcount)
 

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Table,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -176,6 +177,10 @@ class DecisionRollup(Base):
     rolled_up_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+#: outcomes whose starting decision is not known yet: the decision write looks here (migration 0008)
+_UNDECIDED = text("decision_policy IS NULL AND correlation_id IS NOT NULL")
+
+
 class Outcome(Base):
     __tablename__ = "outcomes"
     __table_args__ = (
@@ -183,6 +188,14 @@ class Outcome(Base):
         # the jobs of a period, by start (the report, the analyst recipes) or submission (migration 0007)
         Index("ix_outcomes_cluster_start", "cluster", "start_s"),
         Index("ix_outcomes_cluster_submit", "cluster", "submit_s"),
+        # the jobs started by the decisions of a period (migration 0008)
+        Index("ix_outcomes_cluster_decision", "cluster", "decision_time"),
+        Index(
+            "ix_outcomes_undecided",
+            "correlation_id",
+            postgresql_where=_UNDECIDED,
+            sqlite_where=_UNDECIDED,
+        ),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
@@ -203,6 +216,47 @@ class Outcome(Base):
     nodes: Mapped[list[str] | None] = mapped_column(NullableJson, nullable=True)
     node_gpus: Mapped[list[int] | None] = mapped_column(NullableJson, nullable=True)
     gpu_type: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # the decision row that started the job (the one its ``correlation_id`` names), copied here when
+    # the second of the two is recorded (migration 0008, ``shared.store.derived``): the long-range
+    # reads group finished jobs by who started them without looking up a decision row per job.
+    # NULL while no stored decision of that snapshot names the job (``decision_policy`` is never
+    # NULL on a decision)
+    decision_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decision_policy: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    decision_model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    decision_fallback: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    decision_rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class DecisionSnapshot(Base):
+    """One decided snapshot: what its decision rows share, and how many rows and placed rows it has
+    (migration 0008).
+
+    Why: the report's per-snapshot figures (snapshots per decider, fallbacks, latency per stage) used
+    to group the decision rows of the range and look up each snapshot's first row: one index entry
+    per pending job and a row lookup per snapshot, 27-37 s over 69 days of a 10M-row store
+    (``docs/results/store-scale.md``). This table holds one row per snapshot, written by the
+    recorder in the transaction of the decision's rows and computed from the stored rows
+    (``shared.store.derived``), so it agrees with them: ``decision_rows`` and ``placed_rows`` count
+    them, the other columns are those of the snapshot's first row (lowest id, ``first_decision_id``),
+    which the report ordered snapshots by. Removed with the raw rows it summarizes
+    (``shared.store.maintain``). Its key leads with (cluster, snapshot_time): the range reads.
+    """
+
+    __tablename__ = "decision_snapshots"
+
+    cluster: Mapped[str] = mapped_column(String(63), primary_key=True)
+    snapshot_time: Mapped[float] = mapped_column(Float, primary_key=True)
+    correlation_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sequence: Mapped[int] = mapped_column(BigInteger)
+    policy: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    fallback: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    latencies_ms: Mapped[dict[str, float]] = mapped_column(JsonType)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decision_rows: Mapped[int] = mapped_column(Integer)
+    placed_rows: Mapped[int] = mapped_column(Integer)
+    first_decision_id: Mapped[int] = mapped_column(BigInteger)
 
 
 #: what ``model_versions.status`` may say: the registry's three, and ``external`` (migration 0006): a

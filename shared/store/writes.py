@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.schemas.messages import JobOutcome, ModelVersion, PlacementDecision, ShadowPriorities
 from shared.schemas.snapshot import PendingJobs, QueueSnapshot
+from shared.store import derived
 from shared.store.bulk import BulkInsert, json_rows
 from shared.store.models import (
     DECISION_KEY,
@@ -195,6 +196,9 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
     The conflict key holds the snapshot's time (``DECISION_KEY``): a redelivered decision carries the
     same one, so on a partitioned PostgreSQL store it lands in the same partition as its first copy and
     the unique index there turns it away.
+
+    New rows also write the snapshot's ``decision_snapshots`` row and copy the decision onto outcomes
+    recorded before it (``shared.store.derived``), in the same transaction; a redelivery writes neither.
     """
     await ensure_cluster(conn, decision.cluster)
     cols = decision.placements
@@ -232,30 +236,38 @@ async def record_decision(conn: AsyncConnection, decision: PlacementDecision) ->
         reserved,
         raws,
     )
-    return await DECISIONS_INSERT.insert(conn, shared, per_row)
+    inserted = await DECISIONS_INSERT.insert(conn, shared, per_row)
+    if inserted:
+        key = (decision.cluster, decision.correlation_id, decision.snapshot_time)
+        await derived.record_snapshot(conn, *key)
+        await derived.fill_outcomes_of(conn, *key)
+    return inserted
 
 
 async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
     """Store a finished job once; True if it was new. Where it ran (``nodes``, ``node_gpus``,
-    ``gpu_type``) is stored as the adapter reported it, NULL when it did not."""
+    ``gpu_type``) is stored as the adapter reported it, NULL when it did not. The row takes the decision
+    that started the job (``decision_*``) from the stored decision rows as it is inserted, when that
+    decision is stored (``shared.store.derived.insert_outcome``; otherwise that decision's write fills
+    them)."""
     await ensure_cluster(conn, outcome.cluster)
-    row = {
-        "cluster": outcome.cluster,
-        "job_id": outcome.job_id,
-        "correlation_id": outcome.correlation_id,
-        "submit_s": outcome.submit_s,
-        "start_s": outcome.start_s,
-        "end_s": outcome.end_s,
-        "wait_s": outcome.wait_s,
-        "jct_s": outcome.jct_s,
-        "bsld": outcome.bsld(),
-        "gpus": outcome.gpus,
-        "status": outcome.status,
-        "nodes": list(outcome.nodes) if outcome.nodes else None,
-        "node_gpus": list(outcome.node_gpus) if outcome.node_gpus else None,
-        "gpu_type": outcome.gpu_type,
-    }
-    return await insert_or_ignore(conn, table_of(Outcome), [row], ["cluster", "job_id"]) == 1
+    values = (
+        outcome.cluster,
+        outcome.job_id,
+        outcome.correlation_id,
+        outcome.submit_s,
+        outcome.start_s,
+        outcome.end_s,
+        outcome.wait_s,
+        outcome.jct_s,
+        outcome.bsld(),
+        outcome.gpus,
+        outcome.status,
+        json.dumps(list(outcome.nodes)) if outcome.nodes else None,
+        json.dumps(list(outcome.node_gpus)) if outcome.node_gpus else None,
+        outcome.gpu_type,
+    )
+    return await derived.insert_outcome(conn, values)
 
 
 #: the columns of an outcome that two reports of one job must agree on

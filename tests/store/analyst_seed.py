@@ -187,9 +187,11 @@ def _outcome(history: History, job: str) -> JobOutcome:
     )
 
 
-async def seed_history(engine: AsyncEngine, cluster: str) -> History:
+async def seed_history(engine: AsyncEngine, cluster: str, *, outcomes_first: bool = False) -> History:
     """Write the history of the module docstring for ``cluster``, as the recorder and ``hylo run``
-    write it (``shared.store.writes``), and return it."""
+    write it (``shared.store.writes``), and return it. ``outcomes_first``: the outcomes are recorded
+    (in a transaction of their own) before the decisions that started them, as after an outage whose
+    dead letters were replayed in another order."""
     jobs = PendingJobs.of(
         PendingJob(job_id=j, submit_s=submit, gpus=gpus, est_runtime_s=3600.0, user=user, partition=part)
         for j, (submit, gpus, user, part) in JOBS.items()
@@ -202,10 +204,15 @@ async def seed_history(engine: AsyncEngine, cluster: str) -> History:
         await record_model_version(conn, _model(cluster, registered, "current"))
         # as ``hylo run --model`` records it: the prioritizer's start-up version, status external
         await record_external_model(conn, _model(cluster, external, "current"))
-        for name in DECISIONS:
-            history.decisions[name] = _decision(history, name)
-            await record_decision(conn, history.decisions[name])
-        for job in OUTCOMES:
-            history.outcomes[job] = _outcome(history, job)
-            await record_outcome(conn, history.outcomes[job])
+        history.decisions = {name: _decision(history, name) for name in DECISIONS}
+        history.outcomes = {job: _outcome(history, job) for job in OUTCOMES}
+        if not outcomes_first:
+            for d in history.decisions.values():
+                await record_decision(conn, d)
+        for o in history.outcomes.values():
+            await record_outcome(conn, o)
+    if outcomes_first:
+        async with engine.begin() as conn:
+            for d in history.decisions.values():
+                await record_decision(conn, d)
     return history

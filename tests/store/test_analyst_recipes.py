@@ -187,10 +187,13 @@ def test_every_recipe_is_checked() -> None:
 
 
 @pytest.mark.asyncio
-async def test_every_recipe_gives_the_answer_computed_in_python(store_url: str) -> None:
+@pytest.mark.parametrize("outcomes_first", [False, True], ids=["decisions-first", "outcomes-first"])
+async def test_every_recipe_gives_the_answer_computed_in_python(store_url: str, outcomes_first: bool) -> None:
+    """Also when each outcome was recorded before the decision that started it: "Waits per model
+    version" reads the outcome's copy of that decision (migration 0008), which the later write fills."""
     engine = await migrated(store_url)
     cluster = f"r-{uuid.uuid4().hex[:10]}"
-    history = await seed_history(engine, cluster)
+    history = await seed_history(engine, cluster, outcomes_first=outcomes_first)
     # another cluster's rows must not leak into the answers
     await seed_history(engine, f"r-{uuid.uuid4().hex[:10]}")
     try:

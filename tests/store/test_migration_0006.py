@@ -192,7 +192,9 @@ async def test_a_store_at_0005_with_rows_moves_forward(empty_url: str) -> None:
                 ("j1", 0, None, None),
                 ("j2", 0, None, None),
             ]
-        # the new writes, at once: an outcome with where it ran, a model given by path
+        # the new writes, at once: an outcome with where it ran, a model given by path (today's writes
+        # fill columns of later revisions too: the store moves to the newest first, as a service's start does)
+        await upgrade(engine)
         async with engine.begin() as conn:
             await record_outcome(
                 conn,

@@ -28,6 +28,7 @@ from shared.store.settings import MaintenanceSettings
 from tests.schemas.message_factories import decision
 from tests.store.analyst_seed import seed_history
 from tests.store.conftest import DIALECTS
+from tests.store.derived_check import disagreements
 from tests.store.store_helpers import url_for
 from tests.store.test_analyst_recipes import recipes
 
@@ -214,6 +215,7 @@ async def test_migration_0007_moves_a_store_with_rows_forward_and_back(empty_url
                 assert where == {
                     f"c{k}": f"{SCHEMA}.{name_of(*_week((DAY0 + 7 * k) * DAY_S))}" for k in range(3)
                 }
+        await upgrade(engine)  # today's writes fill the tables of later revisions too (0008)
         async with engine.begin() as conn:  # the writes at once, and the ids go on from the old ones
             assert await record_decision(conn, at(decision("old", "c9", ("j9",)), (DAY0 + 1) * DAY_S)) == 1
             ids = (await conn.execute(text("SELECT id FROM decisions ORDER BY id"))).scalars().all()
@@ -369,9 +371,20 @@ async def test_retention_rolls_raw_rows_up_then_drops_them(empty_url: str) -> No
             assert report.deleted_rows == 0
         else:
             assert report.deleted_rows == 30
+        assert report.snapshots_deleted == 10
         async with engine.connect() as conn:
             left = (await conn.execute(text("SELECT MIN(snapshot_time), COUNT(*) FROM decisions"))).one()
             assert left[0] >= (DAY0 + 5) * DAY_S and left[1] == 30
+            # the snapshots' summaries went with their rows (migration 0008); the outcomes of the jobs
+            # their decisions started keep who started them
+            assert await disagreements(conn, kept_after_retention=True) == []
+            kept = await conn.execute(
+                text(
+                    "SELECT COUNT(*) FROM outcomes WHERE decision_time < :cut AND decision_policy IS NOT NULL"
+                ),
+                {"cut": report.cut},
+            )
+            assert kept.scalar_one() == 10
             got = await _rollups(conn)
         want = _expected_rollups(decisions, outcomes, DAY0 + 5)
         assert set(got) == set(want)
