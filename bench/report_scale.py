@@ -201,13 +201,16 @@ def _fill(pg: ThrowawayPostgres, shape: Shape, revision: str, console: Console) 
         await upgrade(engine, revision)
         await engine.dispose()
 
+    t0 = time.perf_counter()
     asyncio.run(migrate())
+    upgraded_s = round(time.perf_counter() - t0, 1)
     marker = pg.root / MARKER
     if pg.reused and marker.exists():
         kept = json.loads(marker.read_text())
         if kept.get("shape") == asdict(shape):
-            console.print(f"reusing the store kept in {pg.root}")
-            return dict(kept["store"])
+            # a kept store of an older revision was moved forward now: how long that took is worth keeping
+            console.print(f"reusing the store kept in {pg.root} (migrated to {revision} in {upgraded_s} s)")
+            return {**kept["store"], "upgrade_s": upgraded_s}
         raise SystemExit(f"{pg.root} holds a store of another shape ({kept.get('shape')}): delete it")
     t0 = time.perf_counter()
     plan = plan_store(shape)

@@ -30,6 +30,9 @@ migrations (columns a older revision lacks are left out), then runs ``VACUUM ANA
 does to a store that grew over weeks). On a store whose ``decisions`` is partitioned (revision 0007),
 the partitions of the whole span are created first, as the maintenance step creates them ahead
 (``shared.store.partitions``), so COPY routes every row to its partition and none to the default one.
+On a store with ``decision_snapshots`` (revision 0008), what the recorder writes beside the rows (the
+snapshots' summaries, each outcome's copy of the decision that started it) is computed from the loaded
+rows by ``shared.store.derived.backfill``, as the migration computes it for an existing store.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import numpy.typing as npt
 from sqlalchemy.engine import Connection
 
 from shared.features.catalog import JOB_FEATURES
-from shared.store import create_engine, partitions
+from shared.store import create_engine, derived, partitions
 from shared.store.settings import MaintenanceSettings
 
 CLUSTER = "bench"
@@ -577,6 +580,23 @@ async def make_partitions(dsn: str, plan: Plan) -> list[str]:
         await engine.dispose()
 
 
+async def fill_derived(dsn: str) -> tuple[int, int] | None:
+    """On a store of revision 0008 or later: ``derived.backfill`` (snapshots, outcomes written); None
+    on an older one."""
+
+    def fill(conn: Connection) -> tuple[int, int] | None:
+        if not conn.dialect.has_table(conn, "decision_snapshots"):
+            return None
+        return derived.backfill(conn)
+
+    engine = create_engine(dsn.replace("postgresql://", "postgresql+asyncpg://", 1))
+    try:
+        async with engine.begin() as conn:
+            return await conn.run_sync(fill)
+    finally:
+        await engine.dispose()
+
+
 async def write_store(
     dsn: str, plan: Plan, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
@@ -622,6 +642,9 @@ async def write_store(
                 "forced, reason, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 *ev.values(),
             )
+        filled = await fill_derived(dsn)
+        if filled is not None:
+            tell("derived", filled[0])
         await conn.execute("VACUUM ANALYZE")
         return {
             "snapshots": plan.snapshots,
