@@ -26,6 +26,7 @@ predictor-based policies (``sjf-pred``, ``small-first``, ...) order by.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -246,20 +247,24 @@ class TypeSetBook:
         return k
 
 
+#: a column given to ``build_table``: a list, or an array (taken as it is, no per-item copy)
+Column = Sequence[Any] | npt.NDArray[Any]
+
+
 def build_table(
     *,
-    ids: list[str],
-    submit: list[float],
-    runtime: list[float],
-    estimate: list[float] | None = None,
-    gpus: list[int],
-    gpu_milli: list[int] | None = None,
-    type_set: list[int] | None = None,
-    cpus_milli: list[int] | None = None,
-    mem_mib: list[int] | None = None,
-    user: list[int] | None = None,
-    vc: list[int] | None = None,
-    qos: list[int] | None = None,
+    ids: Column,
+    submit: Column,
+    runtime: Column,
+    estimate: Column | None = None,
+    gpus: Column,
+    gpu_milli: Column | None = None,
+    type_set: Column | None = None,
+    cpus_milli: Column | None = None,
+    mem_mib: Column | None = None,
+    user: Column | None = None,
+    vc: Column | None = None,
+    qos: Column | None = None,
     type_sets: list[tuple[str, ...]] | None = None,
     users: list[str] | None = None,
     vcs: list[str] | None = None,
@@ -279,7 +284,7 @@ def build_table(
     }
     extra.update({name: list(names) for name, names in (code_tables or {}).items()})
 
-    def arr(values: list[Any] | None, dtype: type[np.generic], default: float) -> npt.NDArray[Any]:
+    def arr(values: Column | None, dtype: type[np.generic], default: float) -> npt.NDArray[Any]:
         if values is None:
             return np.full(n, default, dtype=dtype)
         return np.asarray(values, dtype=dtype)

@@ -19,9 +19,10 @@ they were started (``CycleOutcome.starts`` is in that order).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from itertools import islice
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -30,14 +31,23 @@ from shared.domain.cluster import ClusterSpec
 from shared.domain.jobs import WHOLE_GPU_MILLI, FloatArray, IntArray, build_table
 from shared.policies.base import Policy
 from shared.scheduling.binding import BoundWorkload
-from shared.scheduling.state import Alloc, ClusterState
+from shared.scheduling.state import I64, Alloc, ClusterState
 from shared.sim.config import SimConfig
+from shared.sim.run_state import ResumedJobs
 from shared.sim.simulator import Resume, Simulator
 
 if TYPE_CHECKING:
     from shared.placement import CpSatPlacer
 
-__all__ = ["CycleOutcome", "PendingRequest", "RankedOrder", "RunningAt", "cycle_on"]
+__all__ = [
+    "CycleOutcome",
+    "PendingColumns",
+    "PendingRequest",
+    "RankedOrder",
+    "RunningAt",
+    "RunningColumns",
+    "cycle_on",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,97 @@ class RunningAt:
     alloc: Alloc
     start_s: float
     est_end_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class PendingColumns:
+    """The pending requests of a cycle as columns, in rank order (what ``PendingRequest``s say).
+
+    Why: a queue of 50,000 jobs as ``PendingRequest`` objects cost about 80 ms to build in the
+    placer and as much again to read back into the cycle's workload; as arrays it is a few numpy
+    gathers. ``cycle_on`` takes either form.
+    """
+
+    gpus: I64
+    milli: I64
+    cpus_milli: I64
+    mem_mib: I64
+    #: each job's eligible node groups
+    groups: Sequence[tuple[int, ...]]
+    est_runtime_s: FloatArray
+
+    def __post_init__(self) -> None:
+        n = len(self.gpus)
+        sizes = (
+            len(self.milli),
+            len(self.cpus_milli),
+            len(self.mem_mib),
+            len(self.groups),
+            len(self.est_runtime_s),
+        )
+        if any(k != n for k in sizes):
+            raise ValueError("PendingColumns columns must have one entry per pending job")
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
+    @staticmethod
+    def of(pending: Sequence[PendingRequest]) -> PendingColumns:
+        """``pending`` as columns, in its order."""
+        return PendingColumns(
+            gpus=np.array([p.gpus for p in pending], dtype=np.int64),
+            milli=np.array([p.milli for p in pending], dtype=np.int64),
+            cpus_milli=np.array([p.cpus_milli for p in pending], dtype=np.int64),
+            mem_mib=np.array([p.mem_mib for p in pending], dtype=np.int64),
+            groups=[p.groups for p in pending],
+            est_runtime_s=np.array([p.est_runtime_s for p in pending], dtype=np.float64),
+        )
+
+
+class RunningColumns(Sequence[RunningAt]):
+    """Running jobs (``RunningAt``, in their order) with their start times, estimated ends, node
+    groups and milli-GPU shares as arrays.
+
+    Why: ``cycle_on`` needs those columns of every running job (the resumed jobs' orders, the
+    groups that track shares); a described cluster (``shared.schemas.snapshot_cluster``) has them
+    as arrays already, where reading them back from 68,294 objects cost tens of milliseconds.
+    """
+
+    __slots__ = ("est_end_s", "group", "jobs", "milli", "start_s")
+
+    def __init__(
+        self, jobs: Sequence[RunningAt], start_s: FloatArray, est_end_s: FloatArray, group: I64, milli: I64
+    ) -> None:
+        if not len(start_s) == len(est_end_s) == len(group) == len(milli) == len(jobs):
+            raise ValueError("RunningColumns columns must have one entry per running job")
+        self.jobs = jobs
+        self.start_s, self.est_end_s, self.group, self.milli = start_s, est_end_s, group, milli
+
+    @staticmethod
+    def of(running: Sequence[RunningAt]) -> RunningColumns:
+        """``running`` with its columns read from the objects."""
+        if isinstance(running, RunningColumns):
+            return running
+        return RunningColumns(
+            running,
+            np.array([r.start_s for r in running], dtype=np.float64),
+            np.array([r.est_end_s for r in running], dtype=np.float64),
+            np.array([r.alloc.group for r in running], dtype=np.int64),
+            np.array([r.alloc.milli for r in running], dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @overload
+    def __getitem__(self, k: int) -> RunningAt: ...
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[RunningAt]: ...
+    def __getitem__(self, k: int | slice) -> RunningAt | Sequence[RunningAt]:
+        return self.jobs[k]
+
+    def __iter__(self) -> Iterator[RunningAt]:
+        return iter(self.jobs)
 
 
 @dataclass
@@ -146,29 +247,26 @@ def _with_gpu_ids(spec: ClusterSpec, allocs: Sequence[Alloc], track: set[int]) -
 
 
 def _workload(
-    spec: ClusterSpec, now: float, pending: Sequence[PendingRequest], node_slack: int
+    spec: ClusterSpec, now: float, pending: PendingColumns, node_slack: int
 ) -> tuple[BoundWorkload, FloatArray]:
     """The pending jobs (rank order, all arrived at ``now``) as a bound workload, and their runtime
     estimates. The running jobs are no rows of it: ``Resume`` gives them ids past its last row."""
     n = len(pending)
-    gpus = np.array([p.gpus for p in pending], dtype=np.int64)
-    milli = np.array([p.milli for p in pending], dtype=np.int64)
-    est = np.maximum(np.array([p.est_runtime_s for p in pending], dtype=np.float64), 0.0)
+    gpus, milli = pending.gpus, pending.milli
+    est = np.maximum(pending.est_runtime_s, 0.0)
     # classes (eligible groups) and shapes numbered by first appearance
-    class_index: dict[tuple[int, ...], int] = {}
-    job_class = np.array(
-        [class_index.setdefault(p.groups, len(class_index)) for p in pending], dtype=np.int64
-    )
-    shape = _first_appearance(np.stack([gpus, milli, job_class], axis=1)) if n else np.zeros(0, np.int64)
+    class_index = {g: k for k, g in enumerate(dict.fromkeys(pending.groups))}
+    job_class = np.fromiter(map(class_index.__getitem__, pending.groups), dtype=np.int64, count=n)
+    shape = _first_appearance(gpus, milli, job_class)
     table = build_table(
-        ids=[f"pending-{k}" for k in range(n)],
-        submit=[now] * n,
-        runtime=est.tolist(),
-        estimate=est.tolist(),
-        gpus=gpus.tolist(),
-        gpu_milli=milli.tolist(),
-        cpus_milli=[p.cpus_milli for p in pending],
-        mem_mib=[p.mem_mib for p in pending],
+        ids=_pending_ids(n),
+        submit=np.full(n, now, dtype=np.float64),
+        runtime=est,
+        estimate=est,
+        gpus=gpus,
+        gpu_milli=milli,
+        cpus_milli=pending.cpus_milli,
+        mem_mib=pending.mem_mib,
     )
     bound = BoundWorkload(
         spec=spec,
@@ -181,9 +279,40 @@ def _workload(
     return bound, est
 
 
-def _first_appearance(keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Ids of the distinct rows of ``keys``, numbered in the order they first appear."""
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+_ids: npt.NDArray[np.str_] = np.zeros(0, dtype=np.str_)
+
+
+def _pending_ids(n: int) -> npt.NDArray[np.str_]:
+    """``pending-0``, ``pending-1``, ...: the ids of the cycle's rows (read by nothing but a
+    person debugging), as a view of one array kept across cycles: built per cycle, 50,000 of them
+    cost tens of milliseconds."""
+    global _ids
+    if len(_ids) < n:
+        _ids = np.strings.add("pending-", np.arange(max(n, 2 * len(_ids))).astype(np.str_))
+    return _ids[:n]
+
+
+def _first_appearance(*columns: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Ids of the distinct rows of ``columns`` (aligned int arrays), numbered in the order they
+    first appear: one 1-D ``np.unique`` on a key that combines the columns (50,000 rows of three
+    columns took tens of milliseconds with ``np.unique(axis=0)``). A column with negative or
+    wide values enters the key as its values' ranks."""
+    n = len(columns[0])
+    if not n:
+        return np.zeros(0, np.int64)
+    key = np.zeros(n, dtype=np.int64)
+    width = 1
+    for c in columns:
+        lo, hi = int(c.min()), int(c.max())
+        if lo < 0 or (hi + 1) * width >= 2**62:
+            c = np.unique(c, return_inverse=True)[1].reshape(-1)
+            hi = int(c.max())
+            if (hi + 1) * width >= 2**62:  # ranks of the key so far, to make room
+                key = np.unique(key, return_inverse=True)[1].reshape(-1)
+                width = int(key.max()) + 1
+        key = key * (hi + 1) + c
+        width *= hi + 1
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first), dtype=np.int64)
     out: npt.NDArray[np.int64] = rank[inverse.reshape(-1)]
@@ -194,7 +323,7 @@ def cycle_on(
     spec: ClusterSpec,
     now: float,
     running: Sequence[RunningAt],
-    pending: Sequence[PendingRequest],
+    pending: Sequence[PendingRequest] | PendingColumns,
     config: SimConfig,
     *,
     blocked: Sequence[Alloc] = (),
@@ -206,7 +335,8 @@ def cycle_on(
     order, highest first) start where, and the reservations of those that wait.
 
     ``running``: jobs that started at the same time in the order they started (the order of a
-    ``CycleOutcome.starts``); their order otherwise plays no part.
+    ``CycleOutcome.starts``); their order otherwise plays no part. ``RunningColumns`` carries their
+    columns ready-made. ``pending``: requests, or the same as ``PendingColumns``.
 
     ``blocked``: resources no reservation may plan on (drained, down or unreported nodes; use the
     cluster attributes to no job). ``track``: the node groups that keep per-GPU shares (by default
@@ -217,17 +347,20 @@ def cycle_on(
     """
     if config.reservation != "nodes" and config.backfill == "easy" and config.placement == "cp-sat":
         raise ValueError("count reservations are not available with cp-sat placement")
-    bound, est = _workload(spec, now, pending, config.node_slack)
-    n, n_run = len(pending), len(running)
+    columns = pending if isinstance(pending, PendingColumns) else PendingColumns.of(pending)
+    jobs = RunningColumns.of(running)
+    bound, est = _workload(spec, now, columns, config.node_slack)
+    n, n_run = len(columns), len(jobs)
     if track is None:
-        track = {a.alloc.group for a in running if a.alloc.milli}  # a share (``Alloc.milli``)
-        track |= {g for p in pending if p.gpus and p.milli < WHOLE_GPU_MILLI for g in p.groups}
+        track = set(np.unique(jobs.group[jobs.milli != 0]).tolist())  # a share (``Alloc.milli``)
+        shares = np.unique(bound.job_class[(columns.gpus != 0) & (columns.milli < WHOLE_GPU_MILLI)]).tolist()
+        track |= {g for c in shares for g in bound.class_groups[c]}
         track |= {a.group for a in blocked if a.milli}
     state = state_of(track) if state_of is not None else None
     if state is None:
-        allocs = _with_gpu_ids(spec, [r.alloc for r in running] + list(blocked), track)
+        allocs = _with_gpu_ids(spec, [r.alloc for r in jobs] + list(blocked), track)
     else:  # every allocation of a tracked group names its GPUs (else no state is built)
-        allocs = [r.alloc for r in running]
+        allocs = [r.alloc for r in jobs]
     sim = Simulator(bound, RankedOrder(), config, estimate=est, batch_placer=batch_placer)
     sim.core = "python"
     sim.frac_groups = set(track)
@@ -236,7 +369,13 @@ def cycle_on(
     # (a speed switch only: the schedule is the same, ``tests/sim/test_fast_paths.py``)
     sim.node_release_profiles = False
     resume = Resume(  # the running jobs get the ids after the pending rows
-        running={n + k: (allocs[k], running[k].start_s, running[k].est_end_s) for k in range(n_run)},
+        running=ResumedJobs(
+            ids=np.arange(n, n + n_run, dtype=np.int64),
+            allocs=allocs[:n_run],
+            start=jobs.start_s,
+            est_end=jobs.est_end_s,
+            groups=jobs.group,
+        ),
         blocked=tuple(allocs[n_run:]),
         state=state,
     )
@@ -244,7 +383,7 @@ def cycle_on(
     result = sim.run(record_reservations=easy, resume=resume)
     # the pending rows the cycle started, in the order it started them (``final_allocs`` holds the
     # resumed jobs, ids n and up, then each start as it happened)
-    starts = {j: a for j, a in sim.final_allocs.items() if j < n}
+    starts = {j: a for j, a in islice(sim.final_allocs.items(), n_run, None) if j < n}
     reserved: dict[int, float] = {}
     if easy and sim.first_reservation is not None:
         for j in np.flatnonzero(np.isfinite(sim.first_reservation)).tolist():

@@ -134,6 +134,9 @@ class Simulator:
     head_chunk: int = 64
     #: a queue of one new arrival is tried directly, without the cycle's machinery
     lone_arrivals: bool = True
+    #: jobs arriving at one time beyond this many are queued with array operations
+    #: (``RunState.arrive``; a described cluster's whole queue arrives at once); 0: one by one
+    bulk_arrivals: int = 64
     #: an EASY reservation's caps are built only when a job that may run past its earliest
     #: possible time wants its groups (``Reservations.bound``, ``Reservations.materialize``)
     lazy_reservations: bool = True

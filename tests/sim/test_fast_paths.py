@@ -6,14 +6,22 @@
 - the per-workload column cache is rebuilt when a workload gets new jobs;
 - ``light_replay`` (node overlay until a fit test passes) gives the schedule of the plain replay
   on full scratch copies, on the embedded workload's shape of cluster (every group tracks GPU
-  shares, where reservations are always replayed).
+  shares, where reservations are always replayed);
+- ``bulk_arrivals`` (a batch of simultaneous arrivals queued with array operations) leaves every
+  queue view as queuing them one by one does, and gives the same schedule;
+- a resumed cluster's running jobs taken from columns (``ResumedJobs``) get the start orders and
+  release lists of taking them one by one, ties in start and estimated end included;
+- ``cycle_on`` numbers the shapes of its pending rows from one combined key as ``np.unique(axis=0)``
+  numbers the rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +31,11 @@ from shared.scheduling.binding import bind_jobs
 from shared.scheduling.partition import classes_of, row_classes
 from shared.scheduling.placement import make_placer, share_fits
 from shared.scheduling.state import Alloc, ClusterState
+from shared.sim import cycle_on as cycle_on_module
 from shared.sim import simulator as simulator_module
 from shared.sim.config import SimConfig
 from shared.sim.evaluate import prepare_workload
+from shared.sim.run_state import Resume, RunState
 from shared.sim.simulator import Simulator
 from tests.sim.test_properties import Scenario, scenarios
 from tests.sim.test_schedules import cluster, job, table
@@ -181,3 +191,137 @@ def test_whole_node_gang_reservation_pins_the_nodes_freed_by_its_time() -> None:
     assert all(s == first for s in starts.values())
     assert first["big"] == 200.0
     assert first["long"] == 100.0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(), policy=st.sampled_from(["fcfs", "sjf", "wfp3", "multifactor"]))
+def test_bulk_arrivals_give_the_one_by_one_schedule(scenario: Scenario, policy: str) -> None:
+    """``bulk_arrivals`` on (from the second simultaneous arrival) and off: the same schedule."""
+    _assert_switch_keeps_schedule(scenario, policy, "bulk_arrivals", replay_all=False)
+
+
+def _arrival_state(rs: RunState) -> tuple[object, ...]:
+    """Everything ``arrive`` changes, dict orders included."""
+    return (
+        rs.i,
+        rs.nq,
+        rs.in_queue.tolist(),
+        list(rs.shape_count.items()),
+        list(rs.shape_rep.items()),
+        rs.queued,
+        rs.bucket_jobs,
+        rs.bucket_head,
+        rs.head_pos.tolist(),
+        rs.head_np.tolist(),
+        list(rs.heads.per_shape.items()),
+        list(rs.heads.by_shape.items()),
+        rs.queue().tolist(),
+    )
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "sjf", "multifactor"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bulk_arrivals_leave_the_one_by_one_state(policy: str, seed: int) -> None:
+    """Arrivals in batches of 0-600 jobs at one time (ties in submit time), queued in bulk and one
+    by one: every queue view the cycle reads is the same after every event, started jobs between."""
+    rng = np.random.default_rng(seed)
+    bound = prepare_workload(None, None, n_jobs=3000, seed=seed).bound
+    times = np.sort(rng.choice(np.arange(40.0), size=len(bound.jobs)))
+    bound.jobs = replace(bound.jobs, submit=times)
+    states = []
+    for bulk in (0, 64, 1):
+        sim = Simulator(bound, make_policy(policy), SimConfig())
+        sim.bulk_arrivals = bulk
+        rs = RunState(sim, ClusterState(bound.spec, sim.frac_groups), 0, len(bound.jobs), None, False)
+        seen = []
+        for now in np.arange(0.0, 41.0, 3.0).tolist():
+            rs.arrive(now)
+            seen.append(_arrival_state(rs))
+            if rs.by_class:  # start a few heads, so that later arrivals find classes emptied
+                for j in [h for h in rs.head_np.tolist() if h >= 0][:5]:
+                    rs.start_job(j, Alloc(0, [], [], [], []), now)
+        states.append(seen)
+    assert states[0] == states[1] == states[2]
+
+
+def _resume_reference(rs: RunState, resume: Resume) -> None:
+    """``RunState._resume`` as it was, one job at a time: the orders the columns must give."""
+    for j_, (on_, _t0, e_) in sorted(resume.running.items(), key=lambda kv: kv[1][1]):  # type: ignore[union-attr]
+        rs.allocs[j_] = on_
+        s_ = rs.start_order[j_] = rs.n_started
+        rs.n_started += 1
+        rs.run_sorted.append((e_, s_, j_))
+        rs.run_by_group.setdefault(on_.group, []).append((e_, s_, j_))
+    rs.run_sorted.sort()
+    for rg_ in rs.run_by_group.values():
+        rg_.sort()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    jobs=st.lists(
+        st.tuples(
+            st.integers(0, 3), st.sampled_from([0.0, -0.0, 1.0, 2.0, 5.5]), st.sampled_from([3.0, 7.0, 1e9])
+        ),
+        max_size=40,
+    ),
+    ids=st.randoms(use_true_random=False),
+)
+def test_resumed_columns_give_the_one_by_one_orders(jobs: list[tuple[int, float, float]], ids: Any) -> None:
+    """Ties in start time and in estimated end, ids in any order: the same start orders, release
+    lists (all and per group, dict orders included) and allocations."""
+    bound = prepare_workload(None, None, n_jobs=20, seed=0).bound
+    keys = list(range(100, 100 + len(jobs)))
+    ids.shuffle(keys)
+    running = {
+        k: (Alloc(g % len(bound.spec.node_groups), [], [], [], []), t0, t0 + e)
+        for k, (g, t0, e) in zip(keys, jobs, strict=True)
+    }
+    resume = Resume(running=running, state=ClusterState(bound.spec, set()))
+    got: tuple[list[object], list[object]] = ([], [])
+    for way in ("columns", "reference"):
+        sim = Simulator(bound, make_policy("fcfs"), SimConfig())
+        st_ = ClusterState(bound.spec, set())
+        if way == "columns":
+            rs = RunState(sim, st_, 0, 0, resume, False)
+        else:
+            rs = RunState(sim, st_, 0, 0, None, False)
+            _resume_reference(rs, resume)
+        (got[0] if way == "columns" else got[1]).extend(
+            [
+                list(rs.allocs.items()),
+                list(rs.start_order.items()),
+                rs.run_sorted,
+                list(rs.run_by_group.items()),
+            ]
+        )
+    assert got[0] == got[1]
+
+
+def _first_appearance_rows(keys: np.ndarray) -> np.ndarray:
+    """Ids of the distinct rows, in order of first appearance, by ``np.unique(axis=0)``: what
+    ``cycle_on._first_appearance`` computed before it combined the columns into one key."""
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first), dtype=np.int64)
+    out: np.ndarray = rank[inverse.reshape(-1)]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 2, 8, 2**40, 2**61]),
+            st.sampled_from([0, 1, 500, 1000, -3]),
+            st.integers(0, 5),
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_shapes_numbered_from_one_key_are_the_row_wise_ids(rows: list[tuple[int, int, int]]) -> None:
+    """Wide and negative values included (they enter the key as ranks)."""
+    keys = np.array(rows, dtype=np.int64)
+    got = cycle_on_module._first_appearance(keys[:, 0], keys[:, 1], keys[:, 2])
+    np.testing.assert_array_equal(got, _first_appearance_rows(keys))
