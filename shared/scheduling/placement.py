@@ -92,20 +92,53 @@ def _best_in_buckets(gs: GroupState, gpus: int, cpu: int, mem: int) -> tuple[int
     return None
 
 
+#: partly used GPUs ``_tightest_share`` walks in its share list before it asks the arrays instead
+SHARE_SCAN = 48
+
+
 def _tightest_share(
     gs: GroupState, milli: int, cpu: int, mem: int, skip: set[int]
 ) -> tuple[int, int, int] | None:
     """(free, node, GPU) of the partly used GPU with the least free that still holds ``milli``, on
     a node with the CPUs and memory and not in ``skip``; ties go to the lowest node and GPU, as an
-    array scan would."""
+    array scan would.
+
+    The share list is sorted that way, so the first entry that fits is the answer; on a busy
+    cluster most partly used GPUs sit on nodes with no CPUs or memory left, and walking past
+    thousands of them one by one cost about 0.2 ms a call. After ``SHARE_SCAN`` entries the rest
+    is answered from the arrays (``_tightest_in_arrays``: the same minimum, the share list being
+    exactly the partly used GPUs of ``gfree``)."""
     partial = gs.partial
     assert partial is not None
     cpus, mems = gs.cpu, gs.mem
-    for k in range(bisect_left(partial, (milli, -1, -1)), len(partial)):
+    lo = bisect_left(partial, (milli, -1, -1))
+    stop = min(len(partial), lo + SHARE_SCAN)
+    for k in range(lo, stop):
         v, i, gpu = partial[k]
         if cpus[i] >= cpu and mems[i] >= mem and i not in skip:
             return v, i, gpu
-    return None
+    if stop == len(partial):
+        return None
+    return _tightest_in_arrays(gs, milli, cpu, mem, skip)
+
+
+def _tightest_in_arrays(
+    gs: GroupState, milli: int, cpu: int, mem: int, skip: set[int]
+) -> tuple[int, int, int] | None:
+    """``_tightest_share``'s answer from ``gfree``: the least free (then lowest node, then GPU) of
+    the partly used GPUs (free in 1..999 milli) that hold ``milli`` on a node that qualifies."""
+    assert gs.gfree is not None
+    ok = (gs.cpu >= cpu) & (gs.mem >= mem)
+    if skip:
+        ok[np.fromiter(skip, dtype=np.int64, count=len(skip))] = False
+    rows = np.flatnonzero(ok)
+    sub = gs.gfree[rows]
+    val = np.where((sub >= max(milli, 1)) & (sub < WHOLE_GPU_MILLI), sub, BIG)
+    if not val.size:
+        return None
+    r, gpu = divmod(int(val.argmin()), val.shape[1])
+    v = int(val[r, gpu])
+    return None if v == BIG else (v, int(rows[r]), gpu)
 
 
 def _lowest_with_free_gpu(gs: GroupState, cpu: int, mem: int, budget: int = 48) -> int | None:

@@ -156,12 +156,17 @@ class GroupState:
         self.bucket = [order[bounds[k] : bounds[k + 1]].tolist() for k in range(self.G + 1)]
         self.free_whole = int(whole.sum())
         self.maxfrac = self.gfree.max(axis=1) if self.G else np.zeros(self.n, dtype=np.int64)
+        # the partly used GPUs in (node, GPU) order, as ``np.nonzero`` gives them: each node's
+        # list as it is; sorted by (free, node, GPU) with one numpy sort, not a sort of tuples
         node, gpu = np.nonzero((self.gfree > 0) & (self.gfree < WHOLE_GPU_MILLI))
-        entries = sorted(zip(self.gfree[node, gpu].tolist(), node.tolist(), gpu.tolist(), strict=True))
-        self.partial = entries
+        value = self.gfree[node, gpu]
+        entries = list(zip(value.tolist(), node.tolist(), gpu.tolist(), strict=True))
+        self.partial = [entries[k] for k in np.lexsort((gpu, node, value)).tolist()]
         self.node_partial = {}
-        for entry in sorted(entries, key=lambda e: (e[1], e[2])):
-            self.node_partial.setdefault(entry[1], []).append(entry)
+        if entries:
+            cuts = (np.flatnonzero(np.diff(node)) + 1).tolist()
+            for lo, hi in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+                self.node_partial[entries[lo][1]] = entries[lo:hi]
 
     def copy(self) -> GroupState:
         other = GroupState.__new__(GroupState)
