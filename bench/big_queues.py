@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pipeline import cpu_seconds, recorded, snapshot_of  # noqa: E402
+from pipeline import cpu_seconds, recorded  # noqa: E402
 
 from services.adapter_sim.snapshot import SnapshotBuilder  # noqa: E402
 from services.adapter_sim.stack import LocalStack  # noqa: E402
@@ -152,10 +152,52 @@ def busy_source(spec: ClusterSpec, copies: int, reserve: int) -> Source:
     return builder, state, allocs, row, label
 
 
+class Churn:
+    """Snapshot after snapshot of the busy cluster, as a poll every ``step_s`` seconds would see it:
+    between two snapshots ``churn`` running jobs end (drawn at random) and as many queued rows start
+    where best-fit finds room (of at most ten times as many tried), so that a placer that reuses
+    the last snapshot's running jobs (``ClusterDescriber``) pays for what changed, as it would on
+    a live cluster. ``churn`` 0: every snapshot has the same running jobs (the bench before it)."""
+
+    def __init__(self, src: Source, churn: int, seed: int = 0, step_s: float = 5.0) -> None:
+        self.src, self.churn, self.step_s = src, churn, step_s
+        self.rng = np.random.default_rng(seed)
+        self.now = 1e6
+        self.snapshots = 0
+
+    def snapshot(self, size: int, sequence: int, offset: int) -> QueueSnapshot:
+        """The next snapshot with a queue of ``size`` rows that are not running (from ``offset``)."""
+        builder, state, allocs, _, _ = self.src
+        if self.snapshots and self.churn:
+            self.now += self.step_s
+            ended = self.rng.choice(np.fromiter(allocs, dtype=np.int64), self.churn, replace=False)
+            for row in ended.tolist():
+                state.give(allocs.pop(row))
+                builder.ended(row)
+            waiting = np.setdiff1d(np.arange(len(builder.workload.jobs)), np.fromiter(allocs, dtype=np.int64))
+            started, bf = 0, BestFit()
+            for row in self.rng.permutation(waiting)[: 10 * self.churn].tolist():
+                alloc = bf.place(state, *builder.workload.request(row))
+                if alloc is not None:
+                    state.take(alloc)
+                    allocs[row] = alloc
+                    builder.started(row, alloc, self.now)
+                    started += 1
+                    if started == self.churn:
+                        break
+        self.snapshots += 1
+        waiting = np.setdiff1d(np.arange(len(builder.workload.jobs)), np.fromiter(allocs, dtype=np.int64))
+        queued = np.sort(waiting[(offset + np.arange(size)) % len(waiting)])
+        snap, _ = builder.build(
+            state, allocs, queued, now=self.now, sequence=sequence, correlation_id=uuid.uuid4().hex
+        )
+        return snap.model_copy(update={"cluster": "k0"})
+
+
 # -- steps: thread CPU per step, in one process ----------------------------------------------------
 
 
-def steps(src: Source, spec: ClusterSpec, size: int, samples: int, model: str | None) -> dict[str, Any]:
+def steps(src: Churn, spec: ClusterSpec, size: int, samples: int, model: str | None) -> dict[str, Any]:
     """Median thread CPU (ms) of each step from snapshot to decision (``bench/pipeline_steps.py``'s
     steps, with the big limits and the model's bounded window), and the message sizes."""
     specs = {"k0": spec}
@@ -183,7 +225,7 @@ def steps(src: Source, spec: ClusterSpec, size: int, samples: int, model: str | 
         return out
 
     async def one(i: int) -> None:
-        snap = snapshot_of(src, size, "k0", 1000 + i, offset=i * 7)
+        snap = src.snapshot(size, 1000 + i, offset=i * 7)
         raw = timed("adapter: encode the snapshot", lambda: encode(snap, limits))
         got = timed("featurizer: decode the snapshot", lambda: decode(QueueSnapshot, raw, limits))
         matrix = timed("featurizer: featurize", lambda: featurizer.handle(got, 1))
@@ -239,7 +281,7 @@ def steps(src: Source, spec: ClusterSpec, size: int, samples: int, model: str | 
 # -- pipeline: real NATS, the services as processes -----------------------------------------------
 
 
-async def latency(ctx: dict[str, Any], src: Source, size: int, samples: int, warmup: int) -> dict[str, Any]:
+async def latency(ctx: dict[str, Any], src: Churn, size: int, samples: int, warmup: int) -> dict[str, Any]:
     """One snapshot at a time, each once the previous decision is stored (``bench/pipeline.py``)."""
     ms: list[float] = []
     stages: dict[str, list[float]] = {}
@@ -249,7 +291,7 @@ async def latency(ctx: dict[str, Any], src: Source, size: int, samples: int, war
     policies: list[str] = []
     for i in range(warmup + samples):
         seq += 1
-        snap = snapshot_of(src, size, "k0", seq, offset=i * 7)
+        snap = src.snapshot(size, seq, offset=i * 7)
         if ctx["record"]:
             await recorded(ctx, timeout_s=600)
         if i == warmup:
@@ -330,7 +372,7 @@ def start_stack(
     return {"nats_url": nats_url, "root": root}
 
 
-def pipeline(src: Source, spec: ClusterSpec, args: argparse.Namespace) -> list[dict[str, Any]]:
+def pipeline(src: Churn, spec: ClusterSpec, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The latency of every size through the stack (module docstring)."""
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hylo-bigq-") as tmp:
@@ -617,6 +659,10 @@ def main() -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="prioritizer checkpoint; 'none': the base policy")
     p.add_argument("--max-payload", type=int, default=NATS_DEFAULT_PAYLOAD, help="the NATS server's")
     p.add_argument("--skip-steps", action="store_true")
+    p.add_argument("--skip-pipeline", action="store_true", help="the steps only")
+    p.add_argument(
+        "--churn", type=int, default=300, help="running jobs that end, and start, between two snapshots"
+    )
     p.add_argument("--no-record", action="store_true", help="no recording placer (decisions are not stored)")
     p.add_argument("--quality", action="store_true", help="the ranking-quality comparison instead")
     p.add_argument("--quality-model", default=DEFAULT_MODEL)
@@ -638,26 +684,32 @@ def main() -> None:
         return
     spec = replicated_spec(args.nodes)
     t0 = time.perf_counter()
-    src = busy_source(spec, args.copies, reserve=max(args.sizes) + 7 * (args.samples + args.warmup) + 1000)
-    busy = src[1].busy_milli / (WHOLE_GPU_MILLI * src[1].capacity_gpus)
-    console.print(
-        f"{spec.total_nodes:,} nodes, {len(src[2]):,} running ({busy:.0%} of the GPUs), jobs from {src[4]}, "
-        f"set up in {time.perf_counter() - t0:.0f} s"
+    busy_src = busy_source(
+        spec, args.copies, reserve=max(args.sizes) + 7 * (args.samples + args.warmup) + 1000
     )
+    busy = busy_src[1].busy_milli / (WHOLE_GPU_MILLI * busy_src[1].capacity_gpus)
+    console.print(
+        f"{spec.total_nodes:,} nodes, {len(busy_src[2]):,} running ({busy:.0%} of the GPUs), jobs from "
+        f"{busy_src[4]}, set up in {time.perf_counter() - t0:.0f} s; "
+        f"{args.churn} end and start between snapshots"
+    )
+    src = Churn(busy_src, args.churn)
     result: dict[str, Any] = {
         "cluster": spec.name,
         "nodes": spec.total_nodes,
-        "running": len(src[2]),
+        "running": len(busy_src[2]),
+        "churn": args.churn,
         "gpu_busy": busy,
     }
-    result["jobs"] = src[4]
+    result["jobs"] = busy_src[4]
     result["model"] = args.model
     if not args.skip_steps:
         rows = [steps(src, spec, size, args.steps_samples, args.model) for size in args.sizes]
         print_steps(rows)
         result["steps"] = rows
-    result["pipeline"] = pipeline(src, spec, args)
-    print_pipeline(result["pipeline"], args)
+    if not args.skip_pipeline:
+        result["pipeline"] = pipeline(src, spec, args)
+        print_pipeline(result["pipeline"], args)
     write(out, "latency", result)
 
 
