@@ -6,6 +6,13 @@ normalization keeps the reward in [-1, 1] whatever the metric's scale, so one se
 hyperparameters works for waits in hours and slowdowns near 1. For utilization (higher is better)
 the paper's formula reduces to ``U_agent - U_base``, which is what is used here. A mix is a
 weighted sum of the per-metric rewards (weights normalized to sum 1), so it stays in [-1, 1].
+
+``makespan`` (first arrival to last end of the window's jobs) is the paper's mixed objective's
+other half: a policy that serves short jobs first can cut the mean wait while leaving the widest
+jobs of the bottleneck GPU type to the end, which lengthens the makespan; on a burst that every
+policy drains completely the same work is done, so the makespan also stands for GPU utilization
+over the drain (busy GPU-seconds / (capacity x makespan)), which the window-span ``utilization``
+does not see (it ends at the last arrival). ``window_values`` computes it from a ``SimResult``.
 """
 
 from __future__ import annotations
@@ -14,10 +21,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.metrics import WindowMetrics
+import numpy as np
+
+from shared.metrics import Window, WindowMetrics, window_means
+from shared.scheduling.result import SimResult
 
 #: metric name on the command line -> extractor of the window's score
-METRIC_NAMES: tuple[str, ...] = ("wait", "jct", "bsld", "utilization")
+METRIC_NAMES: tuple[str, ...] = ("wait", "jct", "bsld", "utilization", "makespan")
 
 #: floor of the normalizer (the paper's ``max(B, R, 1)``): a window where both schedules wait
 #: less than a second is a tie, not a +-100% swing
@@ -25,7 +35,8 @@ NORMALIZER_FLOOR = 1.0
 
 
 def window_score(metrics: WindowMetrics, metric: str) -> float:
-    """The window's score for ``metric``: mean wait (s), mean JCT (s), mean BSLD, or utilization."""
+    """The window's score for ``metric``: mean wait (s), mean JCT (s), mean BSLD, utilization, or
+    makespan (s, first arrival to last end of the window's jobs)."""
     if metric == "wait":
         return metrics.wait_s.mean
     if metric == "jct":
@@ -34,6 +45,8 @@ def window_score(metrics: WindowMetrics, metric: str) -> float:
         return metrics.bsld.mean
     if metric == "utilization":
         return metrics.utilization
+    if metric == "makespan":
+        return metrics.makespan_s
     raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
 
 
@@ -50,6 +63,29 @@ def normalized_gap(base: float, agent: float, metric: str) -> float:
     if metric == "utilization":
         return agent - base
     return (base - agent) / max(base, agent, NORMALIZER_FLOOR)
+
+
+def window_makespan(result: SimResult, window: Window) -> float:
+    """First submit to last end of ``window``'s scored jobs (``summarize_window``'s ``makespan_s``
+    for a run in which they all finished; NaN when one did not: no signal, as for other NaNs)."""
+    idx = window.indices()
+    keep = np.asarray(result.metric_mask, dtype=bool)[idx]
+    idx = idx[keep]
+    if len(idx) == 0:
+        return float("nan")
+    end = result.end[idx]
+    if np.isnan(end).any():
+        return float("nan")
+    return float(end.max() - result.jobs.submit[idx].min())
+
+
+def window_values(result: SimResult, window: Window, metrics: tuple[str, ...]) -> dict[str, float]:
+    """The scores of ``metrics`` for ``window`` in ``result``: ``window_means``' (the cheap path an
+    episode takes) plus the makespan when asked (only then: it is not free)."""
+    means = window_means(result, window)
+    if "makespan" in metrics:
+        means["makespan"] = window_makespan(result, window)
+    return {n: means[n] for n in metrics}
 
 
 @dataclass(frozen=True)

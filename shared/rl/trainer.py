@@ -62,6 +62,13 @@ class TrainConfig:
     max_minutes: float | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    #: given windows instead of a chronological split (``split_windows``): training episodes are
+    #: drawn from ``train_windows`` and the best model is chosen on ``validation_list``. Why: a
+    #: workload made of separate bursts (arrival draws of one job sample, each draining an empty
+    #: cluster, ``bench/testbed_policy.py``) has one meaningful window per burst, which windows at
+    #: any offset would cut in two
+    train_windows: tuple[Window, ...] = ()
+    validation_list: tuple[Window, ...] = ()
 
 
 @dataclass
@@ -109,8 +116,13 @@ def run_episodes(
 def split_windows(n_jobs: int, cfg: TrainConfig) -> tuple[range, list[Window]]:
     """The range training windows are drawn from, and the fixed validation windows after it.
 
-    Both lie in the training part of the chronological split; the test part stays unseen.
+    Both lie in the training part of the chronological split; the test part stays unseen. With
+    ``cfg.train_windows`` the range spans them and the validation windows are ``validation_list``.
     """
+    if cfg.train_windows:
+        starts = [w.start for w in cfg.train_windows]
+        stops = [w.stop for w in cfg.train_windows]
+        return range(min(starts), max(stops)), list(cfg.validation_list)
     train, _ = chronological_split(n_jobs, cfg.train_fraction)
     n_val = int(len(train) * cfg.validation_fraction)
     if n_val < cfg.window_size or cfg.validation_windows == 0:
@@ -211,9 +223,7 @@ class _Loop:
     def epoch_row(self, pool: RunnerPool, epoch: int) -> dict[str, float]:
         """One epoch: episodes on seeded windows, one PPO update, validation when due."""
         cfg, t0 = self.cfg, time.perf_counter()
-        windows = make_windows(
-            self.fit, cfg.window_size, cfg.windows_per_epoch, seed=cfg.seed * 100_003 + epoch, overlap=True
-        )
+        windows = self.epoch_windows(epoch)
         seeds = [episode_seed(cfg.seed, epoch, k) for k in range(len(windows))]
         results = run_episodes(pool, self.model, windows, "sample", seeds)
         t_roll = time.perf_counter() - t0
@@ -239,6 +249,19 @@ class _Loop:
                 self.best_model.load_state_dict(self.model.state_dict())
         row["wall_s"] = time.perf_counter() - self.t_start
         return row
+
+    def epoch_windows(self, epoch: int) -> list[Window]:
+        """The epoch's training windows: seeded by (seed, epoch), from the given list (without
+        replacement while it lasts) or at any offset in the training range."""
+        cfg = self.cfg
+        if cfg.train_windows:
+            rng = np.random.default_rng([cfg.seed, epoch])
+            n = len(cfg.train_windows)
+            picks = rng.choice(n, size=cfg.windows_per_epoch, replace=cfg.windows_per_epoch > n)
+            return [cfg.train_windows[int(k)] for k in picks]
+        return make_windows(
+            self.fit, cfg.window_size, cfg.windows_per_epoch, seed=cfg.seed * 100_003 + epoch, overlap=True
+        )
 
     def run(self, pool: RunnerPool, progress: ProgressHook | None, on_epoch: EpochHook | None) -> None:
         """Epoch 0 (unless resumed past it), then the epochs left, each recorded and snapshotted."""

@@ -29,7 +29,7 @@ def test_utilization_is_higher_better_difference() -> None:
 def test_nan_scores_give_no_signal_and_unknown_metric_fails() -> None:
     assert normalized_gap(math.nan, 2.0, "bsld") == 0.0
     with pytest.raises(ValueError, match="unknown metric"):
-        normalized_gap(1.0, 2.0, "makespan")
+        normalized_gap(1.0, 2.0, "throughput")
 
 
 def test_weighted_mix() -> None:
