@@ -61,7 +61,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -244,8 +244,13 @@ class Consumer(Generic[M]):
         except Exception as err:  # an older server that cannot update: keep going, say so
             log.warning("consumer %s: could not align max_deliver: %s", self.durable, err)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, interrupt: asyncio.Event | None = None) -> None:
         """Process batches until ``stop`` is set; the batch in flight is finished first.
+
+        ``interrupt`` (set on shutdown) also ends an idle fetch at once instead of after its
+        timeout: a per-cluster consumer waits ``HYLO_SHARD_FETCH_TIMEOUT_S`` per fetch, and a
+        replica stopping would otherwise wait that long. A message the server hands to the
+        abandoned fetch is redelivered to another replica after the ack wait, as after a crash.
 
         While idle, the consumer checks every ``consumer_check_s`` that its durable consumer still
         exists: a fetch on a deleted consumer (an operator's mistake, or a server restarted with
@@ -257,7 +262,7 @@ class Consumer(Generic[M]):
         last_check = time.monotonic()
         while not stop.is_set():
             try:
-                fetched = await self.process_batch()
+                fetched = await self.process_batch(interrupt=interrupt)
                 if not fetched and time.monotonic() - last_check >= self.settings.consumer_check_s:
                     last_check = time.monotonic()
                     await self.ensure_bound()
@@ -294,15 +299,19 @@ class Consumer(Generic[M]):
             await self._sub.unsubscribe()
             self._sub = None
 
-    async def process_batch(self, batch: int | None = None, timeout_s: float | None = None) -> int:
-        """Fetch up to ``batch`` messages and process them; returns how many were fetched."""
+    async def process_batch(
+        self, batch: int | None = None, timeout_s: float | None = None, interrupt: asyncio.Event | None = None
+    ) -> int:
+        """Fetch up to ``batch`` messages and process them; returns how many were fetched.
+        ``interrupt``: once set, a fetch still waiting is abandoned (0 fetched)."""
         if self._sub is None:
             await self.start()
         assert self._sub is not None
         try:
-            msgs = await self._sub.fetch(
+            fetch = self._sub.fetch(
                 batch or self.settings.fetch_batch, timeout=timeout_s or self.fetch_timeout_s
             )
+            msgs = await fetch if interrupt is None else await _unless_set(fetch, interrupt)
         except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either when idle
             return 0
         if self.latest_wins:  # the batch's newest keys decide what is stale: decode it all first
@@ -549,6 +558,25 @@ class Consumer(Generic[M]):
         short = re.sub(r"\d+", "N", reason.split(":", 1)[0])[:80]
         self.stats.reasons[short] = self.stats.reasons.get(short, 0) + 1
         await msg.ack()
+
+
+async def _unless_set(fetch: Coroutine[Any, Any, list[Msg]], interrupt: asyncio.Event) -> list[Msg]:
+    """The fetch's messages, or none if ``interrupt`` is set while it waits (the fetch is cancelled)."""
+    if interrupt.is_set():
+        fetch.close()
+        return []
+    task = asyncio.ensure_future(fetch)
+    waiter = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    return []
 
 
 def short(err: BaseException, limit: int = 300) -> str:

@@ -109,6 +109,9 @@ class ClusterShards:
 class _Running:
     consumer: Consumer[Any]
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set on shutdown only: an idle fetch ends at once (a handover lets it time out, so that a
+    #: message handed to it is handled, not left for redelivery)
+    interrupt: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
 
@@ -168,6 +171,8 @@ class ShardedRoute:
                 for task in pending:
                     task.cancel()
         finally:
+            for running in self._running.values():
+                running.interrupt.set()
             await asyncio.gather(*(self._stop(c) for c in list(self._running)), return_exceptions=True)
 
     def _wanted(self) -> set[str]:
@@ -193,7 +198,9 @@ class ShardedRoute:
             self.watch(consumer)
         await consumer.start()
         running = _Running(consumer)
-        running.task = asyncio.create_task(consumer.run(running.stop), name=consumer.durable)
+        running.task = asyncio.create_task(
+            consumer.run(running.stop, running.interrupt), name=consumer.durable
+        )
         self._running[cluster] = running
         log.info("shard %s/%s: this replica fetches it", self.kind, cluster)
 
