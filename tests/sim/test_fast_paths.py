@@ -25,7 +25,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.cluster import parse_cluster_spec
 from shared.policies import make_policy
 from shared.scheduling.binding import bind_jobs
 from shared.scheduling.partition import classes_of, row_classes
@@ -37,6 +36,7 @@ from shared.sim.config import SimConfig
 from shared.sim.evaluate import prepare_workload
 from shared.sim.run_state import Resume, RunState
 from shared.sim.simulator import Simulator
+from tests.sim.sim_helpers import one_type_state
 from tests.sim.test_properties import Scenario, scenarios
 from tests.sim.test_schedules import cluster, job, table
 
@@ -81,18 +81,7 @@ def test_share_fits_agrees_with_the_placers(
     """On random clusters partly filled with whole GPUs and shares (placed by best-fit, so the
     share lists are the simulator's own), ``share_fits`` says yes exactly when first-fit and
     best-fit place a share of ``milli`` with no CPUs, memory or caps."""
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": f"g{k}", "gpu_type": "A", "count": c, "gpus": g, "cpus": 64, "mem_gib": 512}
-                for k, (c, g) in enumerate(groups)
-            ],
-        },
-        "t",
-    )
-    state = ClusterState(spec, set(range(len(groups))))
-    everywhere = tuple(range(len(groups)))
+    spec, state, everywhere = one_type_state(groups)
     best = make_placer("best-fit")
     for kind, m in use:
         a: Alloc | None

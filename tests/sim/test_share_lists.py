@@ -6,10 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.cluster import parse_cluster_spec
 from shared.scheduling import placement as placement_module
 from shared.scheduling.placement import make_placer
-from shared.scheduling.state import ClusterState
+from tests.sim.sim_helpers import one_type_state
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -25,18 +24,7 @@ def test_the_tightest_share_from_the_arrays_is_the_share_lists(
 ) -> None:
     """``_tightest_in_arrays`` (what ``_tightest_share`` asks past ``SHARE_SCAN`` entries) finds
     the first entry of the share list that fits, on clusters partly filled by best-fit."""
-    spec = parse_cluster_spec(
-        {
-            "name": "t",
-            "node_groups": [
-                {"name": f"g{k}", "gpu_type": "A", "count": c, "gpus": g, "cpus": 64, "mem_gib": 512}
-                for k, (c, g) in enumerate(groups)
-            ],
-        },
-        "t",
-    )
-    state = ClusterState(spec, set(range(len(groups))))
-    everywhere = tuple(range(len(groups)))
+    _, state, everywhere = one_type_state(groups)
     best = make_placer("best-fit")
     for kind, m, c in use:
         a = best.place(state, 1 if kind == 0 else kind, m if kind == 0 else 1000, c, 0, everywhere)
