@@ -124,9 +124,16 @@ def bursts(rows: range, seeds: list[int], trace: Path | None = None) -> tuple[Bo
     return bind_jobs(jobs, spec), [Window(k * n, n) for k in range(len(seeds))]
 
 
-def settings(metric: str, base_policy: str = "unicep", loop: str = "slurm-cadence") -> EpisodeSettings:
+def settings(
+    metric: str, base_policy: str = "unicep", loop: str = "slurm-cadence", lag: float = 0.0
+) -> EpisodeSettings:
     return EpisodeSettings(
-        base_policy=base_policy, reward=RewardSpec.parse(metric), config=CONFIG, warmup=0, loop=loop
+        base_policy=base_policy,
+        reward=RewardSpec.parse(metric),
+        config=CONFIG,
+        warmup=0,
+        loop=loop,
+        decision_lag_s=lag,
     )
 
 
@@ -365,7 +372,7 @@ def train_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seeds = train_seeds + val_seeds
     w, windows = bursts(TRAIN_ROWS, seeds)
-    runner = EpisodeRunner(w, settings(args.metric, args.base_policy, args.loop))
+    runner = EpisodeRunner(w, settings(args.metric, args.base_policy, args.loop, args.lag))
     shape = SamplingConfig()
     cfg = TrainConfig(
         epochs=args.epochs,
@@ -411,6 +418,7 @@ def train_command(args: argparse.Namespace) -> int:
         "best_epoch": result.best_epoch,
         "placement": CONFIG.placement,
         "loop": args.loop,
+        "decision_lag_s": args.lag,
         "estimates": "time limits (epochs minutes)",
         "seconds_per_epoch": SECONDS_PER_EPOCH,
         "ppo": cfg.ppo.model_dump(mode="json"),
@@ -460,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--base-policy", default="unicep")
     t.add_argument("--base-prior", type=float, default=0.05)
     t.add_argument("--loop", choices=("slurm-cadence", "hylo"), default="slurm-cadence")
+    t.add_argument("--lag", type=float, default=0.0, help="train with Hylo's decision lag in the loop (s)")
     t.add_argument("--epochs", type=int, default=60)
     t.add_argument("--max-minutes", type=float, default=None)
     t.add_argument("--windows-per-epoch", type=int, default=8)

@@ -60,6 +60,11 @@ class EpisodeSettings:
     #: stopping at the first blocked job, and its backfill every 5 s; what the live Slurm testbed
     #: does, and what ranks the policies' makespans as it does)
     loop: str = "hylo"
+    #: with the Slurm-cadence loop: how long after each submission or job end Hylo's priorities
+    #: reach slurmctld (push event, poll, pipeline, ``scontrol``); the live testbed measured 0.1-0.5 s.
+    #: A policy trained with priorities current at every pass learns orders that lose their gain once
+    #: they arrive late (``docs/results/slurm-policy.md``), so training can see the lag it will have.
+    decision_lag_s: float = 0.0
 
     @property
     def schema(self) -> FeatureSchema:
@@ -87,10 +92,17 @@ class EpisodeRunner:
         if self.settings.loop == "slurm-cadence":
             from shared.sim.slurm_cadence import SlurmCadence
 
-            cadence = SlurmCadence(self.workload, policy, config=self.settings.config)
+            cadence = SlurmCadence(
+                self.workload,
+                policy,
+                config=self.settings.config,
+                decision_lag_s=self.settings.decision_lag_s,
+            )
             return cadence.run(self.job_range(window), (window.start, window.stop))
         if self.settings.loop != "hylo":
             raise ValueError(f"unknown event loop {self.settings.loop!r}: hylo or slurm-cadence")
+        if self.settings.decision_lag_s:
+            raise ValueError("decision_lag_s needs the slurm-cadence loop (Hylo's simulator decides at once)")
         sim = Simulator(self.workload, policy, self.settings.config)
         return sim.run(self.job_range(window), (window.start, window.stop))
 

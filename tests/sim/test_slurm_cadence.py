@@ -9,7 +9,9 @@ import pytest
 
 from shared.domain.cluster import ClusterSpec, parse_cluster_spec
 from shared.domain.jobs import build_table
+from shared.metrics import Window
 from shared.policies import make_policy
+from shared.rl.episodes import EpisodeRunner, EpisodeSettings
 from shared.scheduling.binding import BoundWorkload, bind_jobs
 from shared.sim.simulator import Simulator
 from shared.sim.slurm_cadence import SlurmCadence
@@ -101,12 +103,11 @@ def test_random_bursts_respect_capacity_and_arrivals() -> None:
         assert w.jobs.gpus[running & ~a].sum() <= 1
 
 
-def test_a_lagging_pipeline_orders_by_its_last_decision() -> None:
-    # j0 holds the A node until 10; j1 (2 A GPUs, long) and j2 (2 A GPUs, short) wait; j3 (the
-    # whole node, shortest) arrives at 9.5. SJF inside slurmctld starts j3 at 10. With a 3 s lag
-    # the decision before 10 was taken at 4 (3 s after j1's arrival; j2's is covered by it), and
-    # j3, submitted after it, has no Hylo key at 10: it sorts last and j2 and j1 take the node
-    w = workload(
+def lag_workload() -> BoundWorkload:
+    """j0 holds the A node until 10; j1 (2 A GPUs, long) and j2 (2 A GPUs, short) wait; j3 (the
+    whole node, shortest) arrives at 9.5: under SJF, whether j3 goes first at 10 depends on
+    whether a decision has ranked it by then."""
+    return workload(
         [
             (0.0, 10.0, 60.0, 4, "A"),
             (1.0, 30.0, 600.0, 2, "A"),
@@ -114,8 +115,36 @@ def test_a_lagging_pipeline_orders_by_its_last_decision() -> None:
             (9.5, 1.0, 60.0, 4, "A"),
         ]
     )
+
+
+def test_a_lagging_pipeline_orders_by_its_last_decision() -> None:
+    # SJF inside slurmctld starts j3 at 10. With a 3 s lag the decision before 10 was taken at 4
+    # (3 s after j1's arrival; j2's is covered by it), and j3, submitted after it, has no Hylo key
+    # at 10: it sorts last and j2 and j1 take the node
+    w = lag_workload()
     now = SlurmCadence(w, make_policy("sjf"), release_s=0.0).run()
     assert now.start[3] == 10.0  # the shortest, ranked at once
     lag = SlurmCadence(w, make_policy("sjf"), release_s=0.0, decision_lag_s=3.0).run()
     assert lag.start[2] == 10.0 and lag.start[1] == 10.0
     assert lag.start[3] == 40.0
+
+
+def test_episodes_simulate_with_the_lag_they_are_given() -> None:
+    # training and evaluation see the lag through EpisodeSettings: the window's mean wait is the
+    # lagged loop's, which differs from the loop without lag on this workload
+    w = lag_workload()
+    waits = {}
+    for lag in (0.0, 3.0):
+        runner = EpisodeRunner(
+            w, EpisodeSettings(base_policy="sjf", warmup=0, loop="slurm-cadence", decision_lag_s=lag)
+        )
+        waits[lag] = runner.simulate("sjf", Window(0, 4)).wait_s.mean
+        direct = SlurmCadence(w, make_policy("sjf"), decision_lag_s=lag).run()
+        assert waits[lag] == pytest.approx(float(np.mean(direct.start - w.jobs.submit)))
+    assert waits[3.0] > waits[0.0]
+
+
+def test_a_lag_in_hylos_simulator_is_refused() -> None:
+    runner = EpisodeRunner(lag_workload(), EpisodeSettings(warmup=0, loop="hylo", decision_lag_s=1.0))
+    with pytest.raises(ValueError, match="slurm-cadence"):
+        runner.simulate("sjf", Window(0, 4))
