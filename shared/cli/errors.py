@@ -12,12 +12,17 @@ from __future__ import annotations
 import re
 
 try:  # a recent Typer vendors click: its contexts and exceptions are typer._click's, not click's
-    from typer._click import ClickException, Context
+    from typer._click import ClickException, Command, Context
     from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - an older Typer, on click itself
-    from click import ClickException, Context, get_current_context  # type: ignore[assignment,no-redef]
+    from click import (  # type: ignore[assignment,no-redef]
+        ClickException,
+        Command,
+        Context,
+        get_current_context,
+    )
 
-__all__ = ["ClickException", "Context", "debug_enabled", "one_line"]
+__all__ = ["ClickException", "Command", "Context", "debug_enabled", "one_line"]
 
 #: pydantic's lines that say nothing about the input: the count header and the documentation link
 _NOISE = re.compile(r"^(\d+ validation errors? for \S+|For further information visit \S+)$")

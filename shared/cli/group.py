@@ -11,16 +11,17 @@ subcommand (which prints its help) are click's own exits and pass untouched.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
 from shared.cli.common import console
-from shared.cli.errors import ClickException, Context, debug_enabled, one_line
+from shared.cli.errors import ClickException, Command, Context, debug_enabled, one_line
 
 #: exit code of an exception no command anticipated (a usage error is click's 2, ``fail`` is 2)
 INTERNAL_ERROR = 1
@@ -56,7 +57,22 @@ def one_line_errors(ctx: Context | None) -> Iterator[None]:
 
 
 class HyloGroup(TyperGroup):
-    """The root group: parsing and running a command under ``one_line_errors``."""
+    """The root group: parsing and running a command under ``one_line_errors``.
+
+    ``lazy`` names commands by ``(module, attribute)``, a command function or a ``typer.Typer``
+    group: the module is imported only when the command is looked up, so a command pays for its
+    own imports and not for every other command's.
+    """
+
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(dict.fromkeys([*self.lazy, *self.commands]))
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            self.add_command(load_command(cmd_name, *self.lazy[cmd_name]), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
@@ -67,3 +83,16 @@ class HyloGroup(TyperGroup):
     def invoke(self, ctx: Context) -> Any:
         with one_line_errors(ctx):
             return super().invoke(ctx)
+
+
+def load_command(name: str, module: str, attribute: str) -> Command:
+    """The click command Typer makes of ``module.attribute`` (a function or a ``typer.Typer``)."""
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_command(target)
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command

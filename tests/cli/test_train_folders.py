@@ -64,7 +64,7 @@ def test_the_options_record_is_the_commands_options() -> None:
     """``run.json`` records every training option: a new option of ``hylo train`` must be added to
     ``TrainOptions`` (or to the command's own, ``CONTROL_OPTIONS``)."""
     group = typer.main.get_command(app)
-    command = group.commands["train"]  # type: ignore[attr-defined]
+    command = group.get_command(typer.Context(group), "train")  # type: ignore[attr-defined]
     params = {p.name for p in command.params}
     assert params == set(TrainOptions.names()) | CONTROL_OPTIONS
 
