@@ -1,5 +1,5 @@
-"""Facts of the decision rows kept where long-range reads want them: on the outcome a decision started,
-and in one row per decided snapshot (``decision_snapshots``).
+"""Facts of the decision and job rows kept where long-range reads want them: on the outcome a decision
+started, and in one row per decided snapshot (``decision_snapshots``).
 
 Why (issue 22, item 4): on PostgreSQL ``decisions`` is partitioned by snapshot time, which makes reads
 of a recent window cheap. Two reads were not about a window of decisions but about every finished job
@@ -21,21 +21,35 @@ where they are read:
   two cannot both run before the other commits and each miss the other's row;
 - ``decision_snapshots``: per snapshot, its rows and placed rows, its first row's id, and what its rows
   share (sequence, policy, model version, fallback, latencies): ``record_snapshot``, computed from the
-  stored rows in the same transaction, so it says what the rows say.
+  stored rows in the same transaction, so it says what the rows say;
+- ``outcomes.user_name`` and ``outcomes.partition`` (migration 0009): the job's user and partition, from
+  its ``jobs`` row, so that "Waits per user and virtual cluster" groups finished jobs without joining
+  ``jobs``. Over a whole 10M-row store that join hashed all 400,000 jobs, and after repeated runs of one
+  prepared statement PostgreSQL's generic plan did so in every worker and sorted on disk: 5.3 s
+  (``docs/results/store-scale.md``). The job's row is written when the job is first seen pending, so
+  it is almost always stored before the outcome, but not after an outage or a replay of dead letters;
+  again whichever is recorded second fills the columns: ``insert_outcome`` reads the job's row as it
+  inserts, and ``fill_outcomes_of_jobs`` after new job rows fills the outcomes of those jobs still
+  without one (a partial index holds only those: usually none). On PostgreSQL the outcome's insert
+  takes a shared transaction lock on its cluster and a write of new jobs the exclusive one, after its
+  insert: whichever runs second sees what the first committed (two outcome writes do not wait for
+  each other; a job write waits for the outcome writes in flight, which are single-row transactions).
 
-Both are idempotent: a redelivered message inserts no row and so runs neither; run again, they write
+All are idempotent: a redelivered message inserts no row and so runs none; run again, they write
 the same values. Their cost to the recorder, measured beside a 1,024-row decision (load average
 about 10): 1.6 ms of the process's CPU on PostgreSQL (against 13 ms for the whole write) and 2.3 ms on
 SQLite (against 37 ms): three statements on PostgreSQL, two on SQLite, after each new decision.
 
-``backfill`` computes both for a store written before migration 0008 (the migration, and the
-benchmark's generated store, call it). The columns are read by the analyst recipe "Waits per
-model version" and by the report (``shared.report.sql``), which no longer read decision rows for
-finished jobs or per snapshot.
+``backfill`` computes the first two for a store written before migration 0008,
+``backfill_job_columns`` the third for one written before 0009 (the migrations, and the benchmark's
+generated store, call them). The decision's columns are read by the analyst recipe "Waits per model
+version" and by the report (``shared.report.sql``), which no longer read decision rows for finished
+jobs or per snapshot; the job's by the recipe "Waits per user and virtual cluster (partition)".
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +64,9 @@ from shared.store import partitions
 SLACK_S = 3600.0
 #: the first key of PostgreSQL's two-key advisory locks that ``fill_*`` take per correlation id
 LOCK_CLASS = 22
+#: the first key of the advisory lock per cluster that outcome writes take shared and job writes
+#: exclusive (the job's user and partition on its outcome)
+JOBS_LOCK_CLASS = 23
 
 #: what the outcome takes from the decision row ``d`` that started it
 _SET = (
@@ -74,6 +91,28 @@ _FILL_OUTCOMES_OF = (
     "AND d.snapshot_time = $3 AND d.job_id = outcomes.job_id"
 )
 _LOCK = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext($1))"
+#: an outcome's two locks in one round trip: its cluster's (shared), then its snapshot's
+_LOCK_OUTCOME = (
+    f"SELECT pg_advisory_xact_lock_shared({JOBS_LOCK_CLASS}, hashtext($1)), "
+    f"pg_advisory_xact_lock({LOCK_CLASS}, hashtext($2))"
+)
+_LOCK_JOBS = f"SELECT pg_advisory_xact_lock({JOBS_LOCK_CLASS}, hashtext($1))"
+
+#: what the outcome takes from its job's row ``j``
+_SET_JOB = "user_name = j.user_name, partition = j.partition"
+#: the outcomes of jobs just stored (``$2``: their ids) that were recorded before them; on SQLite the
+#: ids come as a JSON list (``json_each``), SQLite having no arrays
+_FILL_OUTCOMES_OF_JOBS = {
+    dialect: (
+        f"UPDATE outcomes SET {_SET_JOB} FROM jobs j "
+        f"WHERE outcomes.cluster = $1 AND outcomes.job_id {ids} AND outcomes.user_name IS NULL "
+        "AND j.cluster = $1 AND j.job_id = outcomes.job_id"
+    )
+    for dialect, ids in (
+        ("postgresql", "= ANY($2::text[])"),
+        ("sqlite", "IN (SELECT value FROM json_each($2))"),
+    )
+}
 
 _COLUMNS = (
     "cluster, snapshot_time, correlation_id, sequence, policy, model_version, fallback, latencies_ms, "
@@ -146,7 +185,8 @@ OUTCOME_COLUMNS = (
 
 def _insert_outcome(dialect: str) -> str:
     """The outcome's row, with the decision that started it when that is stored and was made while the
-    job was pending (``$15``, ``$16``: the span), in one statement: no second version of the row."""
+    job was pending (``$15``, ``$16``: the span) and its job's user and partition when its job row is
+    stored, in one statement: no second version of the row."""
     n = len(OUTCOME_COLUMNS)
     values = [
         f"${i + 1}::{kind}" if dialect == "postgresql" else f"${i + 1}"
@@ -155,10 +195,12 @@ def _insert_outcome(dialect: str) -> str:
     names = ", ".join(name for name, _ in OUTCOME_COLUMNS)
     return (
         f"INSERT INTO outcomes ({names}, decision_time, decision_policy, decision_model_version, "
-        "decision_fallback, decision_rank) "
-        f"SELECT {', '.join(values)}, d.snapshot_time, d.policy, d.model_version, d.fallback, d.rank "
+        "decision_fallback, decision_rank, user_name, partition) "
+        f"SELECT {', '.join(values)}, d.snapshot_time, d.policy, d.model_version, d.fallback, d.rank, "
+        "j.user_name, j.partition "
         "FROM (SELECT 1 AS one) AS x LEFT JOIN decisions d ON d.cluster = $1 AND d.correlation_id = $3 "
-        f"AND d.job_id = $2 AND d.snapshot_time >= ${n + 1} AND d.snapshot_time <= ${n + 2} WHERE 1 = 1 "
+        f"AND d.job_id = $2 AND d.snapshot_time >= ${n + 1} AND d.snapshot_time <= ${n + 2} "
+        "LEFT JOIN jobs j ON j.cluster = $1 AND j.job_id = $2 WHERE 1 = 1 "
         "ON CONFLICT (cluster, job_id) DO NOTHING RETURNING decision_policy"
     )
 
@@ -173,10 +215,12 @@ async def insert_outcome(conn: AsyncConnection, values: Sequence[Any]) -> bool:
     the decision lies when the clocks agree (made while the job was pending, give or take ``SLACK_S``:
     a span PostgreSQL plans into a few partitions); a decision stored outside that span is then looked
     up anywhere (the join by correlation id and job that the readers used to make), and one not stored
-    yet fills the row when it is (``fill_outcomes_of``)."""
+    yet fills the row when it is (``fill_outcomes_of``). Likewise the job's user and partition: from
+    its stored row, or, when that is written later, by ``fill_outcomes_of_jobs``."""
     cluster, job_id, correlation_id = (str(v) for v in values[:3])
     submit_s, start_s = float(values[3]), float(values[4])
-    await _lock(conn, correlation_id)
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql(_LOCK_OUTCOME, (cluster, correlation_id))
     dialect = conn.dialect.name
     sql = _INSERT_OUTCOME[dialect] if dialect == "postgresql" else _INSERT_OUTCOME[dialect].replace("$", "?")
     params = (*values, submit_s - SLACK_S, start_s + SLACK_S)
@@ -193,6 +237,27 @@ async def fill_outcomes_of(conn: AsyncConnection, cluster: str, correlation_id: 
     (usually none); returns how many."""
     await _lock(conn, correlation_id)
     return await _run(conn, _FILL_OUTCOMES_OF, cluster, correlation_id, t)
+
+
+async def fill_outcomes_of_jobs(conn: AsyncConnection, cluster: str, job_ids: Sequence[str]) -> int:
+    """After new rows of ``jobs``: copy each job's user and partition onto its outcome when that was
+    recorded first (usually none; ``job_ids`` may include jobs stored before, whose outcomes already
+    have them); returns how many outcomes.
+
+    On PostgreSQL it first takes its cluster's lock exclusively, after the jobs' insert: an outcome
+    write that read ``jobs`` before those rows were committed holds the lock shared until it commits,
+    so this waits for it and then sees its row; one that starts later waits for this transaction and
+    then reads the new rows itself (module docstring)."""
+    if not job_ids:
+        return 0
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        await conn.exec_driver_sql(_LOCK_JOBS, (cluster,))
+        ids: object = list(job_ids)
+    else:
+        ids = json.dumps(list(job_ids))
+    sql = _FILL_OUTCOMES_OF_JOBS["postgresql" if dialect == "postgresql" else "sqlite"]
+    return await _run(conn, sql, cluster, ids)
 
 
 async def record_snapshot(conn: AsyncConnection, cluster: str, correlation_id: str, t: float) -> None:
@@ -238,6 +303,19 @@ def backfill(conn: Connection) -> tuple[int, int]:
         snapshots += int(conn.execute(text(_backfill_snapshots(source))).rowcount)
     outcomes = int(conn.execute(text(_BACKFILL_OUTCOMES)).rowcount)
     return snapshots, outcomes
+
+
+_BACKFILL_JOB_COLUMNS = (
+    f"UPDATE outcomes SET {_SET_JOB} FROM jobs j "
+    "WHERE j.cluster = outcomes.cluster AND j.job_id = outcomes.job_id"
+)
+
+
+def backfill_job_columns(conn: Connection) -> int:
+    """Fill the outcomes' ``user_name`` and ``partition`` from their jobs' rows (in the caller's
+    transaction; migration 0009); returns how many outcomes have a job row. One join: PostgreSQL hashes
+    ``jobs`` (one row per job, as ``outcomes``) against the outcomes."""
+    return int(conn.execute(text(_BACKFILL_JOB_COLUMNS)).rowcount)
 
 
 def forget_snapshots(conn: Connection, source: str, lo: float, hi: float) -> int:

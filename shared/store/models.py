@@ -179,23 +179,38 @@ class DecisionRollup(Base):
 
 #: outcomes whose starting decision is not known yet: the decision write looks here (migration 0008)
 _UNDECIDED = text("decision_policy IS NULL AND correlation_id IS NOT NULL")
+#: outcomes whose job row is not stored yet: the jobs write looks here (migration 0009)
+_UNNAMED = text("user_name IS NULL")
+#: what "Waits per user and virtual cluster" reads of an outcome besides its key (migration 0009)
+PER_USER_READ = ("user_name", "partition", "wait_s", "end_s", "gpus")
+#: what "Waits per model version" reads of an outcome besides its key (migration 0009)
+PER_MODEL_READ = ("decision_model_version", "decision_policy", "decision_fallback", "wait_s", "bsld")
 
 
 class Outcome(Base):
     __tablename__ = "outcomes"
     __table_args__ = (
         UniqueConstraint("cluster", "job_id", name="uq_outcomes_cluster_job"),
-        # the jobs of a period, by start (the report, the analyst recipes) or submission (migration 0007)
-        Index("ix_outcomes_cluster_start", "cluster", "start_s"),
+        # the jobs of a period, by start (the report, the analyst recipes) or submission (migration 0007);
+        # on PostgreSQL the first holds what "Waits per user and virtual cluster" reads, so that recipe
+        # reads the index alone, whatever plan it gets (migration 0009)
+        Index("ix_outcomes_cluster_start", "cluster", "start_s", postgresql_include=list(PER_USER_READ)),
         Index("ix_outcomes_cluster_submit", "cluster", "submit_s"),
-        # the jobs started by the decisions of a period (migration 0008)
-        Index("ix_outcomes_cluster_decision", "cluster", "decision_time"),
+        # the jobs started by the decisions of a period (migration 0008); on PostgreSQL holding what
+        # "Waits per model version" reads, for the same reason (migration 0009)
+        Index(
+            "ix_outcomes_cluster_decision",
+            "cluster",
+            "decision_time",
+            postgresql_include=list(PER_MODEL_READ),
+        ),
         Index(
             "ix_outcomes_undecided",
             "correlation_id",
             postgresql_where=_UNDECIDED,
             sqlite_where=_UNDECIDED,
         ),
+        Index("ix_outcomes_unnamed", "cluster", "job_id", postgresql_where=_UNNAMED, sqlite_where=_UNNAMED),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
@@ -226,6 +241,12 @@ class Outcome(Base):
     decision_model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     decision_fallback: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     decision_rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the job's user and partition (its ``jobs`` row), copied here by whichever of the two is recorded
+    # second (migration 0009, ``shared.store.derived``): "Waits per user and virtual cluster" groups
+    # finished jobs without joining ``jobs``. NULL while the job's row is not stored (``jobs.user_name``
+    # is never NULL)
+    user_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    partition: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class DecisionSnapshot(Base):

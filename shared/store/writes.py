@@ -123,7 +123,9 @@ async def record_pending(conn: AsyncConnection, cluster: str, jobs: PendingJobs)
     """Record pending jobs of ``cluster`` the first time they are seen; returns the new ones.
 
     The columns of the message go to the database as they are (``shared.store.bulk``); only the GPU
-    types are encoded, once per distinct list (a queue's jobs share a few)."""
+    types are encoded, once per distinct list (a queue's jobs share a few). When some are new, the
+    outcomes of those jobs recorded before them (after an outage or a replay) take their user and
+    partition (``shared.store.derived.fill_outcomes_of_jobs``, in the same transaction)."""
     await ensure_cluster(conn, cluster)
     columns = (
         jobs.job_id,
@@ -138,7 +140,10 @@ async def record_pending(conn: AsyncConnection, cluster: str, jobs: PendingJobs)
         jobs.qos,
         _json_once(jobs.gpu_types),
     )
-    return await JOBS_INSERT.insert(conn, (cluster,), columns)
+    inserted = await JOBS_INSERT.insert(conn, (cluster,), columns)
+    if inserted:
+        await derived.fill_outcomes_of_jobs(conn, cluster, jobs.job_id)
+    return inserted
 
 
 def placer_status(placed: bool, reserved_s: float | None) -> str:
@@ -249,7 +254,7 @@ async def record_outcome(conn: AsyncConnection, outcome: JobOutcome) -> bool:
     ``gpu_type``) is stored as the adapter reported it, NULL when it did not. The row takes the decision
     that started the job (``decision_*``) from the stored decision rows as it is inserted, when that
     decision is stored (``shared.store.derived.insert_outcome``; otherwise that decision's write fills
-    them)."""
+    them), and its job's user and partition (``user_name``, ``partition``) likewise from the job's row."""
     await ensure_cluster(conn, outcome.cluster)
     values = (
         outcome.cluster,

@@ -187,11 +187,14 @@ def _outcome(history: History, job: str) -> JobOutcome:
     )
 
 
-async def seed_history(engine: AsyncEngine, cluster: str, *, outcomes_first: bool = False) -> History:
+async def seed_history(
+    engine: AsyncEngine, cluster: str, *, outcomes_first: bool = False, jobs_last: bool = False
+) -> History:
     """Write the history of the module docstring for ``cluster``, as the recorder and ``hylo run``
     write it (``shared.store.writes``), and return it. ``outcomes_first``: the outcomes are recorded
     (in a transaction of their own) before the decisions that started them, as after an outage whose
-    dead letters were replayed in another order."""
+    dead letters were replayed in another order. ``jobs_last``: the jobs' rows are recorded last, in a
+    transaction of their own, after the outcomes and decisions (likewise)."""
     jobs = PendingJobs.of(
         PendingJob(job_id=j, submit_s=submit, gpus=gpus, est_runtime_s=3600.0, user=user, partition=part)
         for j, (submit, gpus, user, part) in JOBS.items()
@@ -200,7 +203,8 @@ async def seed_history(engine: AsyncEngine, cluster: str, *, outcomes_first: boo
     history = History(cluster, jobs, model_status={registered: "current", external: "external"})
     async with engine.begin() as conn:
         await store_cluster_spec(conn, cluster, SPEC_DOC)
-        await record_pending(conn, cluster, jobs)
+        if not jobs_last:
+            await record_pending(conn, cluster, jobs)
         await record_model_version(conn, _model(cluster, registered, "current"))
         # as ``hylo run --model`` records it: the prioritizer's start-up version, status external
         await record_external_model(conn, _model(cluster, external, "current"))
@@ -215,4 +219,7 @@ async def seed_history(engine: AsyncEngine, cluster: str, *, outcomes_first: boo
         async with engine.begin() as conn:
             for d in history.decisions.values():
                 await record_decision(conn, d)
+    if jobs_last:
+        async with engine.begin() as conn:
+            await record_pending(conn, cluster, jobs)
     return history

@@ -1,7 +1,8 @@
-"""What the store keeps beside the decision rows (migration 0008), recomputed from those rows.
+"""What the store keeps beside the decision and job rows (migrations 0008, 0009), recomputed from them.
 
 ``disagreements`` compares ``outcomes.decision_*`` with the decision row each outcome names (the join
-the readers made before 0008) and ``decision_snapshots`` with the grouped rows of ``decisions`` and
+the readers made before 0008), ``outcomes.user_name`` and ``partition`` with the job's row (the join
+the recipe made before 0009) and ``decision_snapshots`` with the grouped rows of ``decisions`` and
 each group's first row (what the report computed before 0008); empty when they agree.
 """
 
@@ -19,12 +20,19 @@ _OUTCOME_COPY = (
     "decision_model_version",
     "decision_fallback",
     "decision_rank",
+    "user_name",
+    "partition",
 )
 _JOINED = (
     "SELECT o.cluster, o.job_id, o.decision_time, o.decision_policy, o.decision_model_version, "
     "o.decision_fallback, o.decision_rank, d.snapshot_time, d.policy, d.model_version, d.fallback, d.rank "
     "FROM outcomes o LEFT JOIN decisions d "
     "ON d.cluster = o.cluster AND d.correlation_id = o.correlation_id AND d.job_id = o.job_id "
+    "WHERE o.cluster LIKE :cluster"
+)
+_JOB_JOINED = (
+    "SELECT o.cluster, o.job_id, o.user_name, o.partition, j.user_name, j.partition "
+    "FROM outcomes o LEFT JOIN jobs j ON j.cluster = o.cluster AND j.job_id = o.job_id "
     "WHERE o.cluster LIKE :cluster"
 )
 _GROUPED = (
@@ -65,6 +73,9 @@ async def disagreements(
             continue
         if copy != row:
             out.append(f"outcome {r[0]}/{r[1]}: copy {copy}, decision row {row}")
+    for r in (await conn.execute(text(_JOB_JOINED), where)).all():
+        if tuple(r[2:4]) != tuple(r[4:6]):
+            out.append(f"outcome {r[0]}/{r[1]}: copy {tuple(r[2:4])}, job row {tuple(r[4:6])}")
     grouped = {tuple(r[:3]): _plain(r) for r in (await conn.execute(text(_GROUPED), where)).all()}
     summaries = {tuple(r[:3]): _plain(r) for r in (await conn.execute(text(_SUMMARIES), where)).all()}
     for key in sorted(set(grouped) | set(summaries), key=repr):
