@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from shared.config import PROJECT_ROOT
 from shared.schemas import JobOutcome, PlacementDecision
+from shared.store import record_outcome
 from tests.store.analyst_seed import DAY, JOBS, History, seed_history
 from tests.store.store_helpers import migrated
 
@@ -92,6 +93,8 @@ def per_user_and_partition(h: History, _job: str, period: Period) -> list[Row]:
     groups: dict[tuple[str, str], list[JobOutcome]] = defaultdict(list)
     for o in h.outcomes.values():
         if not period[0] <= o.start_s < period[1]:
+            continue
+        if o.job_id not in JOBS:  # never seen pending: no job row, so no user (the join left it out)
             continue
         _, _, user, partition = JOBS[o.job_id]
         groups[(user, partition)].append(o)
@@ -186,14 +189,40 @@ def test_every_recipe_is_checked() -> None:
     assert set(recipes()) == set(CHECKS)
 
 
+#: a job the cluster started before any snapshot saw it pending: an outcome without a job row
+UNSEEN = "jx"
+
+
 @pytest.mark.asyncio
-@pytest.mark.parametrize("outcomes_first", [False, True], ids=["decisions-first", "outcomes-first"])
-async def test_every_recipe_gives_the_answer_computed_in_python(store_url: str, outcomes_first: bool) -> None:
-    """Also when each outcome was recorded before the decision that started it: "Waits per model
-    version" reads the outcome's copy of that decision (migration 0008), which the later write fills."""
+@pytest.mark.parametrize(
+    ("outcomes_first", "jobs_last"),
+    [(False, False), (True, False), (True, True)],
+    ids=["decisions-first", "outcomes-first", "jobs-last"],
+)
+async def test_every_recipe_gives_the_answer_computed_in_python(
+    store_url: str, outcomes_first: bool, jobs_last: bool
+) -> None:
+    """Also when each outcome was recorded before the decision that started it, and before its job's
+    row: "Waits per model version" reads the outcome's copy of that decision (migration 0008), "Waits per
+    user and virtual cluster" its copy of the job's user and partition (migration 0009), which the later
+    writes fill. An outcome of a job never seen pending (no job row) counts where the recipes read
+    outcomes alone, not per user."""
     engine = await migrated(store_url)
     cluster = f"r-{uuid.uuid4().hex[:10]}"
-    history = await seed_history(engine, cluster, outcomes_first=outcomes_first)
+    history = await seed_history(engine, cluster, outcomes_first=outcomes_first, jobs_last=jobs_last)
+    unseen = JobOutcome(
+        cluster=cluster,
+        correlation_id=history.corr("s4"),
+        job_id=UNSEEN,
+        submit_s=DAY + 1000.0,
+        start_s=DAY + 1500.0,
+        end_s=DAY + 1800.0,
+        gpus=2,
+        gpu_type="T4",
+    )
+    async with engine.begin() as conn:
+        assert await record_outcome(conn, unseen)
+    history.outcomes[UNSEEN] = unseen
     # another cluster's rows must not leak into the answers
     await seed_history(engine, f"r-{uuid.uuid4().hex[:10]}")
     try:
