@@ -8,10 +8,10 @@ migrated with the store's own migrations (so ``decisions`` is partitioned by sna
 0007) and filled by ``bench/support/big_store.py`` (``--rows`` decision rows of a steady queue of
 ``--queue`` jobs, one snapshot every 30 s: 10M rows are 69 days; the partitions of the whole span are
 made before the COPY, as the maintenance step makes them ahead; what the recorder writes beside the
-rows, ``decision_snapshots`` and the outcomes' copies of their decisions, computed from the rows as
-migration 0008 does). ``--keep`` keeps the store (and its build time) for the next run; a kept store of
-an older revision is migrated first, and the time that took is reported (``store.upgrade_s``). Then,
-one after the other:
+rows, ``decision_snapshots`` and the outcomes' copies of their decisions and of their jobs' user and
+partition, computed from the rows as migrations 0008 and 0009 do). ``--keep`` keeps the store (and its
+build time) for the next run; a kept store of an older revision is migrated first, and the time that
+took is reported (``store.upgrade_s``). Then, one after the other:
 
 1. ``recipes``: every recipe of ``docs/analysts.md`` ("## Recipes"), as an analyst runs it (SQLAlchemy
    ``text``, all rows fetched), ``--rounds`` times each after one unmeasured run (the first, cold one
@@ -297,15 +297,18 @@ async def _store_facts(url: str) -> dict[str, Any]:
                 await conn.execute(
                     text(
                         "SELECT (SELECT COUNT(*) FROM decision_snapshots), "
-                        "(SELECT COUNT(*) FROM outcomes WHERE decision_policy IS NOT NULL)"
+                        "(SELECT COUNT(*) FROM outcomes WHERE decision_policy IS NOT NULL), "
+                        "(SELECT COUNT(*) FROM outcomes WHERE user_name IS NOT NULL)"
                     )
                 )
             ).one()
             return {
-                # what the recorder keeps beside the rows (migration 0008): one summary per snapshot, and
-                # the outcomes that carry the decision that started them
+                # what the recorder keeps beside the rows (migrations 0008, 0009): one summary per
+                # snapshot, the outcomes that carry the decision that started them, and those that carry
+                # their job's user and partition
                 "snapshot_summaries": int(derived[0]),
                 "outcomes_with_decision": int(derived[1]),
+                "outcomes_with_user": int(derived[2]),
                 "partitions": len(found),
                 "partition_days": MaintenanceSettings().decision_partition_days,
                 "decisions_heap_mib": round(int(sizes[0]) / 2**20),

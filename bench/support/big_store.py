@@ -31,8 +31,9 @@ does to a store that grew over weeks). On a store whose ``decisions`` is partiti
 the partitions of the whole span are created first, as the maintenance step creates them ahead
 (``shared.store.partitions``), so COPY routes every row to its partition and none to the default one.
 On a store with ``decision_snapshots`` (revision 0008), what the recorder writes beside the rows (the
-snapshots' summaries, each outcome's copy of the decision that started it) is computed from the loaded
-rows by ``shared.store.derived.backfill``, as the migration computes it for an existing store.
+snapshots' summaries, each outcome's copy of the decision that started it; from revision 0009 also its
+copy of its job's user and partition) is computed from the loaded rows by ``shared.store.derived``'s
+backfills, as the migrations compute it for an existing store.
 """
 
 from __future__ import annotations
@@ -581,13 +582,17 @@ async def make_partitions(dsn: str, plan: Plan) -> list[str]:
 
 
 async def fill_derived(dsn: str) -> tuple[int, int] | None:
-    """On a store of revision 0008 or later: ``derived.backfill`` (snapshots, outcomes written); None
-    on an older one."""
+    """On a store of revision 0008 or later: ``derived.backfill`` (snapshots, outcomes written), and
+    from 0009 the outcomes' copies of their jobs' user and partition (``derived.backfill_job_columns``);
+    None on an older one."""
 
     def fill(conn: Connection) -> tuple[int, int] | None:
         if not conn.dialect.has_table(conn, "decision_snapshots"):
             return None
-        return derived.backfill(conn)
+        written = derived.backfill(conn)
+        if "user_name" in {c["name"] for c in conn.dialect.get_columns(conn, "outcomes")}:
+            derived.backfill_job_columns(conn)
+        return written
 
     engine = create_engine(dsn.replace("postgresql://", "postgresql+asyncpg://", 1))
     try:

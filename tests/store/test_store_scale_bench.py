@@ -31,10 +31,12 @@ def test_a_small_run_measures_every_recipe(tmp_path: Path) -> None:
     assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
     store = doc["store"]
     assert store["decision_rows"] >= 3000 and store["partitions"] >= 2 and store["load_s"] > 0
-    # the generated store holds what the recorder writes beside the rows (migration 0008): a summary per
-    # snapshot, and the decision that started each job on its outcome (all but the 2% started outside)
+    # the generated store holds what the recorder writes beside the rows (migrations 0008, 0009): a
+    # summary per snapshot, the decision that started each job on its outcome (all but the 2% started
+    # outside), and every finished job's user and partition (each was seen pending)
     assert store["snapshot_summaries"] == store["snapshots"]
     assert 0.9 * store["outcomes"] <= store["outcomes_with_decision"] <= store["outcomes"]
+    assert store["outcomes_with_user"] == store["outcomes"]
     assert set(doc["recipes"]) == set(module.recipes())
     for heading, by_period in doc["recipes"].items():
         assert "last 7 days" in by_period, heading
