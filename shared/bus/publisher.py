@@ -20,7 +20,7 @@ from typing import Protocol
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from opentelemetry import trace
 from pydantic import BaseModel
 
@@ -34,8 +34,14 @@ from shared.schemas.subjects import KINDS, Kind, Subjects
 HEADER_MSG_ID = "Nats-Msg-Id"
 HEADER_CORRELATION = "Hylo-Correlation-Id"
 HEADER_SCHEMA = "Hylo-Schema-Version"
-#: the pause between two tries of a publish nobody acked (a stream electing its leader)
+#: the pause before another try of a publish the server refused at once (no stream leader: no
+#: responders, or a peer answering "not leader"); also the consumers' pause after such an answer
 RETRY_PAUSE_S = 0.1
+#: how long a try waits without any answer before another copy is sent (the first keeps waiting)
+RESEND_AFTER_S = 0.25
+#: JetStream's "duplicate message id is in process": a copy of this very message is staged by the
+#: stream leader and not yet committed (JSStreamDuplicateMessageConflict, nats-server errors)
+ERR_DUPLICATE_IN_PROCESS = 10158
 
 
 class Publishable(Protocol):
@@ -85,6 +91,7 @@ class Publisher:
         signer: Signer | None = None,
         attempt_s: float = 2.0,
         large: LargePayloads | None = None,
+        resend_after_s: float = RESEND_AFTER_S,
     ) -> None:
         self.js = js
         #: where payloads above the inline limit go (and how consumers of this publisher read them)
@@ -98,6 +105,8 @@ class Publisher:
         self.timeout_s = timeout_s
         #: how long one try waits for the ack (``_publish_acked``)
         self.attempt_s = attempt_s
+        #: how long without any answer before another copy is sent (``_publish_acked``)
+        self.resend_after_s = min(resend_after_s, attempt_s)
 
     async def publish(self, message: Publishable, headers: dict[str, str] | None = None) -> PublishResult:
         """Encode (size-checked), attach id, correlation and trace headers (and a signature for the
@@ -124,24 +133,72 @@ class Publisher:
         return PublishResult(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate), subject=subject)
 
     async def _publish_acked(self, subject: str, payload: bytes, headers: dict[str, str]) -> PubAck:
-        """Publish until JetStream acks, within ``timeout_s`` in all, each try waiting ``attempt_s``.
+        """Publish until JetStream acks, within ``timeout_s`` in all; each copy waits ``attempt_s``
+        for its ack, and another copy goes out when none answered for ``resend_after_s``.
 
         Why several tries: when a NATS node of a cluster dies, the streams it led elect a new leader
-        on the survivors, which takes several seconds after a SIGKILL (the election timeout), and a
-        publish meanwhile is never answered. A single 5 s wait failed the publish (the simulated
-        cluster's replay aborted: bench/nats_failover.py); now it is retried until the budget is
-        spent. A retry carries the same ``Nats-Msg-Id``, so a try that did land is dropped by the
-        stream as a duplicate, never stored twice."""
+        on the survivors, which takes seconds after a SIGKILL (nats-server's raft election timeout),
+        and a publish meanwhile is refused ("no responders") or, where a core subscriber listens on
+        the subject (``shared.bus.ahead``), never answered. A single 5 s wait failed the publish (the
+        simulated cluster's replay aborted: bench/nats_failover.py).
+
+        Why a copy every ``resend_after_s`` rather than one try after another: a try sent while the
+        stream had no leader is lost, and waiting out its whole ``attempt_s`` (2 s) before the next
+        added up to that much to the pause after the new leader was up (issue 22, measured with
+        bench/nats_failover.py). An ack is normally back within milliseconds; a slow one is not
+        given up on (its try keeps waiting), a second copy merely races it.
+
+        Why that is safe: every copy carries the same ``Nats-Msg-Id``. The stream stores the first
+        copy it gets; a later one is acked as a duplicate (``PublishResult.duplicate``), and one that
+        arrives while the first is still being replicated is answered "duplicate message id is in
+        process" (10158), after which this keeps waiting for the first copy's ack (or resends later).
+        """
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                wait = min(self.attempt_s, max(left, 0.05))
-                return await self.js.publish(subject, payload, timeout=wait, headers=headers)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, NoStreamResponseError):
-                if time.monotonic() + RETRY_PAUSE_S >= deadline:
-                    raise
-                await asyncio.sleep(RETRY_PAUSE_S)
+        tries: set[asyncio.Task[PubAck]] = set()
+        last: BaseException | None = None
+        next_send = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise last if last is not None else nats.errors.TimeoutError()
+                if now >= next_send:
+                    wait = min(self.attempt_s, max(deadline - now, 0.05))
+                    publish = self.js.publish(subject, payload, timeout=wait, headers=headers)
+                    tries.add(asyncio.ensure_future(publish))
+                    next_send = now + self.resend_after_s
+                until = min(next_send, deadline) - now
+                if tries:
+                    done, _ = await asyncio.wait(tries, timeout=until, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    done = set()
+                    await asyncio.sleep(until)
+                for task in done:
+                    tries.discard(task)
+                    err = task.exception()
+                    if err is None:
+                        return task.result()
+                    if not _retried(err):
+                        raise err
+                    last = err
+                    if not _in_process(err):  # refused at once: try again shortly
+                        next_send = min(next_send, time.monotonic() + RETRY_PAUSE_S)
+        finally:
+            for task in tries:  # copies still waiting: their answer no longer matters
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved, so that asyncio does not report it
+                task.cancel()
+
+
+def _retried(err: BaseException) -> bool:
+    """Whether a failed try is worth another: nobody answered, nobody listened, the stream had no
+    leader, or a copy of the message is in process."""
+    retryable = (nats.errors.TimeoutError, nats.errors.NoRespondersError, NoStreamResponseError)
+    return isinstance(err, (*retryable, ServiceUnavailableError)) or _in_process(err)
+
+
+def _in_process(err: BaseException) -> bool:
+    return isinstance(err, APIError) and err.err_code == ERR_DUPLICATE_IN_PROCESS
 
 
 def encode_any(message: object, limits: Limits) -> bytes:

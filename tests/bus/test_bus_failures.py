@@ -222,3 +222,37 @@ async def test_a_publish_nobody_answers_is_retried_until_the_stream_answers_and_
     assert asyncio.get_running_loop().time() - started < 2.0
     for plan_name in await ensure_streams(bus.js, subjects, settings):  # this test's extra root
         await bus.js.delete_stream(plan_name)
+
+
+async def test_a_publish_lost_while_the_stream_has_no_leader_is_sent_again_before_its_wait_ends(
+    bus: Bus,
+) -> None:
+    """Where a core subscriber listens on a stream's subjects (``shared.bus.ahead``), a publish the
+    stream cannot take (no leader while a NATS node's loss is elected over) is not refused but never
+    answered. Another copy goes out every ``resend_after_s`` while the first still waits, so the
+    message is stored soon after the stream takes publishes again, not after the whole wait of the
+    lost try (issue 22: up to 2 s more pause), and stored once."""
+    root = f"{bus.subjects.root}h"
+    subjects = Subjects(root)
+    settings = bus.settings.model_copy(update={"subject_root": root})
+    listener = await bus.nc.subscribe(subjects.all_clusters("placements"))
+    publisher = Publisher(bus.js, subjects, bus.limits, timeout_s=10.0, attempt_s=5.0, resend_after_s=0.2)
+
+    async def streams_later() -> None:
+        await asyncio.sleep(0.8)  # meanwhile every copy reaches the listener only: nobody answers
+        await ensure_streams(bus.js, subjects, settings)
+
+    loop = asyncio.get_running_loop()
+    later = asyncio.create_task(streams_later())
+    try:
+        started = loop.time()
+        result = await publisher.publish(decision(cluster="late", correlation_id="late-1"))
+        took = loop.time() - started
+        await later
+        info = await bus.js.stream_info(stream_name(subjects, "placements"))
+        assert (result.seq, info.state.messages) == (1, 1)
+        assert took < 3.0, f"{took:.2f} s: the lost first try's 5 s were waited out"
+    finally:
+        await listener.unsubscribe()
+        for name in await ensure_streams(bus.js, subjects, settings):
+            await bus.js.delete_stream(name)
