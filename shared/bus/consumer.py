@@ -69,12 +69,12 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from shared.bus.large import LargePayloadUnavailable
-from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, Publisher
+from shared.bus.publisher import HEADER_CORRELATION, HEADER_MSG_ID, RETRY_PAUSE_S, Publisher
 from shared.bus.sequence import JumpGuard
 from shared.bus.settings import BusSettings, retry_delays
 from shared.bus.streams import ensure_streams, stream_name
@@ -87,6 +87,26 @@ from shared.schemas.subjects import Kind, SubjectError
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
+
+#: the server did not answer a fetch or a request: the consumer (or its stream) has no leader while
+#: its raft group elects one after a NATS node died (a fetch is refused at once, 503 / no
+#: responders), or the request was lost with the node. Retried every ``RETRY_PAUSE_S``.
+UNANSWERED: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    ServiceUnavailableError,
+)
+#: how long the idle check that the durable consumer still exists waits for the server's answer
+CHECK_TIMEOUT_S = 1.0
+#: the same check while fetches go unanswered waits less: it delays the next fetch, which may be the
+#: first one the newly elected leader answers (a deleted consumer is reported within milliseconds)
+OUTAGE_CHECK_TIMEOUT_S = 0.25
+#: for how long unanswered fetches are retried every ``RETRY_PAUSE_S``: a raft election ends 4-9 s
+#: after the leader's last heartbeat (nats-server's fixed election timeout), and a consumer that asks
+#: every 0.1 s is at most that late after it; past this the server is down for longer (no quorum, or
+#: the whole cluster) and the consumer asks every ``SLOW_RETRY_S``, not to load it with requests
+FAST_RETRY_FOR_S = 15.0
+SLOW_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -252,36 +272,63 @@ class Consumer(Generic[M]):
         replica stopping would otherwise wait that long. A message the server hands to the
         abandoned fetch is redelivered to another replica after the ack wait, as after a crash.
 
-        While idle, the consumer checks every ``consumer_check_s`` that its durable consumer still
-        exists: a fetch on a deleted consumer (an operator's mistake, or a server restarted with
-        memory storage) only ever times out, which would look like an idle queue forever. A missing
+        While idle, or while the server does not answer its fetches, the consumer checks every
+        ``consumer_check_s`` that its durable consumer still exists: a fetch on a deleted consumer
+        (an operator's mistake, or a server restarted with memory storage) only ever times out or
+        is refused, which would look like an idle queue (or an election) forever. A missing
         consumer (and stream) is re-created.
         """
         if self._sub is None:
             await self.start()
         last_check = time.monotonic()
+        unanswered_since: float | None = None
         while not stop.is_set():
             try:
+                if (
+                    unanswered_since is not None
+                    and time.monotonic() - last_check >= self.settings.consumer_check_s
+                ):
+                    # unanswered for a while: a deleted consumer is refused the same way as one
+                    # without a leader, so check that it still exists
+                    last_check = time.monotonic()
+                    await self.ensure_bound(timeout_s=OUTAGE_CHECK_TIMEOUT_S)
                 fetched = await self.process_batch(interrupt=interrupt)
+                if unanswered_since is not None:
+                    took = time.monotonic() - unanswered_since
+                    log.warning("consumer %s: NATS answers again after %.1f s", self.durable, took)
+                    unanswered_since = None
                 if not fetched and time.monotonic() - last_check >= self.settings.consumer_check_s:
                     last_check = time.monotonic()
                     await self.ensure_bound()
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
                 return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as err:
+            except UNANSWERED as err:
                 # the server did not answer (a stream or consumer electing its leader after a node of
-                # the cluster died): one line, then try again; nothing was acked, nothing is lost
-                log.warning("consumer %s: NATS did not answer (%s); retrying", self.durable, short(err))
-                await asyncio.sleep(self.settings.nak_delay_s)
+                # the cluster died): one line per outage, then try again shortly, so that the first
+                # fetch after the election is at most RETRY_PAUSE_S late (it used to wait
+                # nak_delay_s, and a 503 was logged with a traceback per try); nothing was acked,
+                # nothing is lost. See FAST_RETRY_FOR_S for longer outages.
+                if unanswered_since is None:
+                    unanswered_since = time.monotonic()
+                    log.warning("consumer %s: NATS did not answer (%s); retrying", self.durable, short(err))
+                fast = time.monotonic() - unanswered_since < FAST_RETRY_FOR_S
+                await asyncio.sleep(RETRY_PAUSE_S if fast else SLOW_RETRY_S)
             except Exception:  # keep serving: a broken batch must not stop the service
                 log.exception("consumer %s: batch failed", self.durable)
                 await asyncio.sleep(self.settings.nak_delay_s)
 
-    async def ensure_bound(self) -> bool:
-        """Re-create the stream and durable consumer if they are gone; True if they had to be."""
+    async def ensure_bound(self, timeout_s: float = CHECK_TIMEOUT_S) -> bool:
+        """Re-create the stream and durable consumer if they are gone; True if they had to be.
+
+        The question waits ``timeout_s`` (``CHECK_TIMEOUT_S``), not the JetStream API's 5 s: while
+        the consumer's raft group elects a leader nobody answers it, and the fetch loop that asks
+        would sit out the whole wait after the new leader was up (up to 5 s more pause,
+        bench/nats_failover.py). Unanswered, the check is simply skipped: it is asked again later."""
         stream = stream_name(self.subjects, self.kind)
         try:
-            await self.js.consumer_info(stream, self.durable)
+            await self.js.consumer_info(stream, self.durable, timeout=timeout_s)
+        except UNANSWERED:
+            return False
         except NotFoundError:
             log.warning("consumer %s on %s was gone; re-creating it", self.durable, stream)
             await ensure_streams(self.js, self.subjects, self.settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 
 import pytest
@@ -256,3 +257,46 @@ async def test_a_publish_lost_while_the_stream_has_no_leader_is_sent_again_befor
         await listener.unsubscribe()
         for name in await ensure_streams(bus.js, subjects, settings):
             await bus.js.delete_stream(name)
+
+
+async def test_a_consumer_the_server_refuses_says_so_once_and_fetches_again_at_once(
+    bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a consumer's raft group elects a leader (a NATS node died) its fetches are refused at
+    once (503, as for a consumer that does not exist). The consumer logs one line for the outage,
+    not a traceback per try, and asks again every ``RETRY_PAUSE_S``, not ``nak_delay_s``, so its
+    first fetch after the election is that late at most (issue 22)."""
+    caplog.set_level(logging.WARNING, logger="shared.bus.consumer")
+    # no idle check in this test's time: the consumer must not re-create itself, the test does
+    settings = bus.settings.model_copy(update={"consumer_check_s": 60.0, "nak_delay_s": 3.0})
+    seen = Recorder[JobOutcome]()
+    consumer = Consumer(
+        bus.js,
+        bus.publisher,
+        kind="outcomes",
+        model=JobOutcome,
+        durable="leaderless",
+        handler=seen,
+        settings=settings,
+    )
+    await consumer.start()
+    stream = stream_name(bus.subjects, "outcomes")
+    config = (await bus.js.consumer_info(stream, "leaderless")).config
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await bus.js.delete_consumer(stream, "leaderless")  # refused from now on, as without a leader
+        await asyncio.sleep(1.0)
+        await bus.js.add_consumer(stream, config)  # the new leader
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await bus.publisher.publish(outcome(job_id="after"))
+        await wait_until(lambda: len(seen.seen) == 1)
+        assert loop.time() - started < 2.0, "waited nak_delay_s (3 s) after a refused fetch"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    lines = [r.getMessage() for r in caplog.records if r.name == "shared.bus.consumer"]
+    assert sum("did not answer" in line for line in lines) == 1, lines
+    assert sum("answers again" in line for line in lines) == 1, lines
+    assert not any("batch failed" in line for line in lines), lines
