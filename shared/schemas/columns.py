@@ -22,6 +22,7 @@ from itertools import accumulate, chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+import numpy as np
 from pydantic import BaseModel, PrivateAttr
 
 from shared.schemas.base import JOB_ID_FORBIDDEN, Strict
@@ -77,10 +78,23 @@ def pick(column: Sequence[Any], index: Sequence[int]) -> tuple[Any, ...]:
 
 
 def is_identity(index: Sequence[int], n: int) -> bool:
-    """True if ``index`` is ``0, 1, ..., n - 1``: taking those rows changes nothing."""
-    return len(index) == n and (
-        n == 0 or (index[0] == 0 and index[-1] == n - 1 and list(index) == list(range(n)))
-    )
+    """True if ``index`` is ``0, 1, ..., n - 1``: taking those rows changes nothing.
+
+    Compared as arrays: as two Python lists it cost about 10 ms for the 50,000 rows of a long queue
+    (the featurizer takes its kept jobs, nearly always all of them, at every snapshot;
+    ``bench/big_queues.py``)."""
+    if len(index) != n:
+        return False
+    if n == 0:
+        return True
+    if index[0] != 0 or index[-1] != n - 1:
+        return False
+    array = getattr(index, "array", index)  # a packed column's own array (``shared.schemas.numbers``)
+    if isinstance(array, np.ndarray) and (array.ndim != 1 or array.dtype.kind not in "iu"):
+        return list(index) == list(range(n))
+    if not isinstance(array, np.ndarray):
+        array = np.fromiter(index, dtype=np.int64, count=n)
+    return bool((array == np.arange(n, dtype=array.dtype)).all())
 
 
 #: a character a job id may not contain (``shared.schemas.base.JobId``'s class)
