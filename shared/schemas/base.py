@@ -34,8 +34,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 #: (``raw_columns``, ``raw_values``), a PriorityVector's model scores (``scores``), a decision's per-job
 #: ``score`` and raw features, and where a finished job ran (``JobOutcome.nodes``, ``node_gpus``,
 #: ``gpu_type``); all default to "not given", so a version-6 message is read as before.
-SCHEMA_VERSION = 7
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5, 6, 7})
+#: Version 8 sends the big columns of long queues more cheaply to decode: the job ids of a
+#: snapshot's pending and running jobs, of a matrix's jobs and of a decision's placements joined
+#: into one string (``shared.schemas.joined``), and a decision's ranks, priorities and node counts
+#: and a vector's priorities packed (``shared.schemas.numbers``). A version-7 reader refuses the new
+#: forms (hence the new number); every version-7 form is still read, so older writers keep working.
+SCHEMA_VERSION = 8
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({3, 4, 5, 6, 7, 8})
 
 CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 ClusterName = Annotated[str, StringConstraints(pattern=CLUSTER_PATTERN)]

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from shared.schemas.base import JOB_ID_MAX_LENGTH, FiniteFloat, JobId, Message, Name, NonNegFloat, Strict
 from shared.schemas.coded import Coded
 from shared.schemas.columns import Columns, FlatNodeColumns, check_flat, check_job_ids, pick, require_unique
+from shared.schemas.joined import Joined
 from shared.schemas.limits import check_count, limits_of
 from shared.schemas.numbers import Packed, column_array, max_of
 
@@ -81,6 +82,9 @@ NodeGpusColumn = Annotated[tuple[NodeGpus, ...], _MAX, PACKED]
 NodeAmountColumn = Annotated[tuple[NodeAmount, ...], _MAX, PACKED]
 GpuMaskColumn = Annotated[tuple[GpuMask, ...], _MAX, PACKED]
 ShareGpuColumn = Annotated[tuple[ShareGpu, ...], _MAX, PACKED]
+#: a column of job ids, joined by spaces on the wire (schema version 8, ``shared.schemas.joined``);
+#: their characters are checked by the model's validator (``check_job_ids``)
+JobIdColumn = Annotated[tuple[ColumnJobId, ...], _MAX, Joined()]
 #: columns of names that repeat (groups, users, partitions, QoS), dictionary-coded on the wire
 #: (schema version 5, ``shared.schemas.coded``)
 NameColumn = Annotated[tuple[Name, ...], _MAX, Coded()]
@@ -309,7 +313,7 @@ class PendingJobs(Columns[PendingJob]):
     COLUMNS: ClassVar[tuple[str, ...]] = PENDING_COLUMNS
     OWNER: ClassVar[str] = "pending"
 
-    job_id: tuple[ColumnJobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    job_id: JobIdColumn = Field(default=())
     submit_s: FloatColumn = Field(default=(), description="submit time, seconds on the cluster clock")
     gpus: GpuCountColumn = Field(default=(), description="whole GPUs (1 for a fractional job)")
     gpu_milli: GpuMilliColumn = Field(default=(), description="per-GPU share, 1000 = whole")
@@ -367,7 +371,7 @@ class RunningJobs(FlatNodeColumns[RunningJob]):
     OPTIONAL_COLUMNS: ClassVar[frozenset[str]] = frozenset({*ALLOCATION, *ALLOCATION_EXTRAS})
     OWNER: ClassVar[str] = "running"
 
-    job_id: tuple[ColumnJobId, ...] = Field(default=(), max_length=HARD_MAX_ITEMS)
+    job_id: JobIdColumn = Field(default=())
     node_count: Annotated[tuple[Annotated[int, Field(ge=1, le=4096)], ...], _MAX, PACKED] = Field(
         default=(), description="how many of ``nodes`` each job runs on"
     )

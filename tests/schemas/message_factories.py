@@ -31,14 +31,17 @@ from shared.schemas.numbers import DTYPES
 
 def array_form(doc: Any) -> Any:
     """``doc`` (a decoded JSON document) with every packed column of numbers (``{"dtype", "base64"}``)
-    and every dictionary-coded column (``{"values", "index"}``) of schema version 5 written as the
-    JSON array of its entries instead: the version-4 form tests edit."""
+    and every dictionary-coded column (``{"values", "index"}``) of schema version 5, and every joined
+    column of job ids (``{"joined"}``) of version 8, written as the JSON array of its entries
+    instead: the version-4 form tests edit."""
     if isinstance(doc, list):
         return [array_form(v) for v in doc]
     if not isinstance(doc, dict):
         return doc
     if set(doc) == {"dtype", "base64"} and doc["dtype"] in DTYPES:
         return np.frombuffer(base64.b64decode(doc["base64"]), dtype=DTYPES[doc["dtype"]]).tolist()
+    if set(doc) == {"joined"} and isinstance(doc["joined"], str):
+        return doc["joined"].split(" ") if doc["joined"] else []
     if set(doc) == {"values", "index"}:
         return [doc["values"][i] for i in array_form(doc["index"])]
     return {k: array_form(v) for k, v in doc.items()}
