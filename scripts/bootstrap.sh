@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv in the project root and installs Hylo with its dev tools (idempotent).
+# Creates .venv in the project root, installs Hylo with its dev tools and compiles its numba
+# kernels into their cache (idempotent).
 # torch is pinned to 2.13.0; pip takes the CPU build from the machine's wheel folder when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +25,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e '.[dev,ray]'  # ray: hylo train/evaluate --ray, tests/distributed
   touch "$stamp"
 fi
+# numba's kernels compiled once here rather than by the first command or test that calls each
+bash scripts/compile_kernels.sh
