@@ -11,11 +11,29 @@ import pytest
 from sqlalchemy import func, select
 
 from shared.bus import Consumer, Delivery, Publisher, ensure_streams, stream_name
+from shared.bus.consumer import Handler
+from shared.bus.settings import BusSettings
 from shared.schemas import JobOutcome, PlacementDecision, Subjects, encode
 from shared.store import Decision, create_engine, record_decision, upgrade
 from tests.bus.bus_helpers import Recorder, dead_letters, process_until, wait_all_acked, wait_until
 from tests.conftest_services import Bus
 from tests.schemas.message_factories import decision, outcome
+
+
+def outcomes_consumer(
+    bus: Bus, durable: str, handler: Handler[JobOutcome], settings: BusSettings | None = None
+) -> Consumer[JobOutcome]:
+    """A consumer of the outcomes stream, as a store replica runs one."""
+    return Consumer(
+        bus.js,
+        bus.publisher,
+        kind="outcomes",
+        model=JobOutcome,
+        durable=durable,
+        handler=handler,
+        settings=settings or bus.settings,
+    )
+
 
 pytestmark = pytest.mark.asyncio
 
@@ -81,15 +99,7 @@ async def test_failing_handler_is_retried_then_dead_lettered(bus: Bus) -> None:
         attempts.append(delivery.num_delivered)
         raise RuntimeError("database unreachable")
 
-    consumer = Consumer(
-        bus.js,
-        bus.publisher,
-        kind="outcomes",
-        model=JobOutcome,
-        durable="store",
-        handler=broken,
-        settings=bus.settings,
-    )
+    consumer = outcomes_consumer(bus, "store", broken)
     await bus.publisher.publish(outcome(job_id="j1"))
     await process_until([consumer], lambda: consumer.stats.dead_lettered == 1)
     assert attempts == [1, 2, 3]  # max_deliver = 3 attempts, then dead
@@ -146,15 +156,7 @@ async def test_a_thousand_hostile_messages_are_dead_lettered_and_service_continu
     valid = outcome(cluster=cluster, job_id="after-the-storm")
     await bus.publisher.publish(valid)
     rec: Recorder[JobOutcome] = Recorder()
-    consumer = Consumer(
-        bus.js,
-        bus.publisher,
-        kind="outcomes",
-        model=JobOutcome,
-        durable="store",
-        handler=rec,
-        settings=bus.settings,
-    )
+    consumer = outcomes_consumer(bus, "store", rec)
     await process_until([consumer], lambda: len(rec.seen) == 1, timeout_s=30)
     assert [m for m, _ in rec.seen] == [valid]
     assert consumer.stats.dead_lettered == 1000 and consumer.stats.handler_errors == 0
@@ -174,15 +176,7 @@ async def test_a_thousand_hostile_messages_are_dead_lettered_and_service_continu
 async def test_a_deleted_consumer_is_recreated_and_keeps_serving(bus: Bus) -> None:
     settings = bus.settings.model_copy(update={"consumer_check_s": 0.2})
     seen = Recorder[JobOutcome]()
-    consumer = Consumer(
-        bus.js,
-        bus.publisher,
-        kind="outcomes",
-        model=JobOutcome,
-        durable="rec",
-        handler=seen,
-        settings=settings,
-    )
+    consumer = outcomes_consumer(bus, "rec", seen, settings)
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     await bus.publisher.publish(outcome(job_id="before"))
@@ -270,15 +264,7 @@ async def test_a_consumer_the_server_refuses_says_so_once_and_fetches_again_at_o
     # no idle check in this test's time: the consumer must not re-create itself, the test does
     settings = bus.settings.model_copy(update={"consumer_check_s": 60.0, "nak_delay_s": 3.0})
     seen = Recorder[JobOutcome]()
-    consumer = Consumer(
-        bus.js,
-        bus.publisher,
-        kind="outcomes",
-        model=JobOutcome,
-        durable="leaderless",
-        handler=seen,
-        settings=settings,
-    )
+    consumer = outcomes_consumer(bus, "leaderless", seen, settings)
     await consumer.start()
     stream = stream_name(bus.subjects, "outcomes")
     config = (await bus.js.consumer_info(stream, "leaderless")).config
